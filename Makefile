@@ -1,0 +1,64 @@
+# Every job of the project, from raw parallel text to a served model. `make help` lists them.
+PYTHON   ?= python3
+VENV     ?= .venv
+PY       := $(VENV)/bin/python
+DATA_DIR ?= ../shared/data
+CONFIG   ?= configs/release.yaml
+RUN_DIR  ?= runs/$(basename $(notdir $(CONFIG)))
+MODEL    ?= models/default
+NPROC    ?= 1
+HOST     ?= 127.0.0.1
+PORT     ?= 50051
+TEXT     ?= 나는 학생입니다
+SRC      ?= ko
+TGT      ?= en
+export DATA_DIR HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1
+
+.PHONY: help install proto test data train eval average serve translate plot-attention bench clean
+
+help:  ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e '.[test]'
+	touch $@
+
+install: $(VENV)/.installed proto  ## create .venv and install the project (CPU torch 2.13.0)
+
+proto: $(VENV)/.installed  ## generate the gRPC Python stubs from proto/
+	$(PY) -m serving.protogen
+
+test: install  ## run the test suite (pytest's "no tests collected" counts as success)
+	$(PY) -m pytest; status=$$?; if [ $$status -eq 5 ]; then exit 0; else exit $$status; fi
+
+data: install  ## load, clean and tokenize the recipe's corpora into $(RUN_DIR)/data
+	$(PY) -m training.prepare --config $(CONFIG) --run-dir $(RUN_DIR)
+
+train: data  ## train (NPROC>1 runs torchrun DDP); resumes from $(RUN_DIR) if it holds a checkpoint
+ifeq ($(NPROC),1)
+	$(PY) -m training.train --config $(CONFIG) --run-dir $(RUN_DIR)
+else
+	$(VENV)/bin/torchrun --standalone --nproc_per_node=$(NPROC) -m training.train --config $(CONFIG) --run-dir $(RUN_DIR)
+endif
+
+eval: install  ## BLEU/chrF of $(MODEL) on the recipe's dev and test sets, report in $(MODEL)/eval.json
+	$(PY) -m training.evaluate --config $(CONFIG) --model $(MODEL)
+
+average: install  ## average the last checkpoints of $(RUN_DIR) into $(RUN_DIR)/averaged
+	$(PY) -m training.average --run-dir $(RUN_DIR)
+
+serve: install  ## serve $(MODEL) over gRPC on $(HOST):$(PORT)
+	$(PY) -m serving.server --model $(MODEL) --host $(HOST) --port $(PORT)
+
+translate: install  ## translate TEXT through the running server
+	$(PY) -m serving.client --target $(HOST):$(PORT) --source-lang $(SRC) --target-lang $(TGT) "$(TEXT)"
+
+plot-attention: install  ## PNG heatmap of the cross-attention for TEXT
+	$(PY) -m nmt.plot_attention --model $(MODEL) --source-lang $(SRC) --target-lang $(TGT) --text "$(TEXT)" --out attention.png
+
+clean:  ## remove generated stubs and caches (keeps .venv and runs/)
+	rm -rf serving/generated .pytest_cache
+	find . -name __pycache__ -prune -exec rm -rf {} +

@@ -1,0 +1,230 @@
+"""The Transformer encoder-decoder (Vaswani et al., 2017), written out so it reads like the paper.
+
+Shapes: B batch, S source length, T target length, d model width, V vocabulary.
+Masks are boolean and True where attention is allowed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from nmt.attention import KeyValueCache, MultiHeadAttention
+
+
+@dataclass
+class ModelConfig:
+    vocab_size: int
+    d_model: int = 512
+    n_heads: int = 8
+    encoder_layers: int = 6
+    decoder_layers: int = 6
+    ffn_dim: int = 2048
+    dropout: float = 0.1
+    attention_dropout: float = 0.0
+    activation: str = "relu"
+    pre_norm: bool = True
+    tie_output: bool = True  # output projection shares the (joint) embedding matrix
+    max_positions: int = 1024
+    pad_id: int = 0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class SinusoidalPositions(nn.Module):
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d))."""
+
+    def __init__(self, d_model: int, max_positions: int):
+        super().__init__()
+        position = torch.arange(max_positions).unsqueeze(1)
+        frequency = torch.exp(torch.arange(0, d_model, 2) * (-math.log(10000.0) / d_model))
+        table = torch.zeros(max_positions, d_model)
+        table[:, 0::2] = torch.sin(position * frequency)
+        table[:, 1::2] = torch.cos(position * frequency)
+        self.register_buffer("table", table, persistent=False)
+
+    def forward(self, length: int, start: int = 0) -> Tensor:
+        if start + length > self.table.size(0):
+            raise ValueError(f"sequence of {start + length} tokens exceeds max_positions {self.table.size(0)}")
+        return self.table[start : start + length]
+
+
+class FeedForward(nn.Module):
+    """FFN(x) = W₂·act(W₁·x + b₁) + b₂, applied to each position alike."""
+
+    def __init__(self, d_model: int, ffn_dim: int, dropout: float, activation: str):
+        super().__init__()
+        self.up, self.down = nn.Linear(d_model, ffn_dim), nn.Linear(ffn_dim, d_model)
+        self.activation = {"relu": F.relu, "gelu": F.gelu}[activation]
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.down(self.dropout(self.activation(self.up(x))))
+
+
+class Residual(nn.Module):
+    """x + Dropout(f(LayerNorm(x))) when pre-norm; LayerNorm(x + Dropout(f(x))) when post-norm."""
+
+    def __init__(self, d_model: int, dropout: float, pre_norm: bool):
+        super().__init__()
+        self.norm, self.dropout, self.pre_norm = nn.LayerNorm(d_model), nn.Dropout(dropout), pre_norm
+
+    def forward(self, x: Tensor, sublayer: Callable[[Tensor], Tensor]) -> Tensor:
+        if self.pre_norm:
+            return x + self.dropout(sublayer(self.norm(x)))
+        return self.norm(x + self.dropout(sublayer(x)))
+
+
+class EncoderLayer(nn.Module):
+    def __init__(self, c: ModelConfig):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(c.d_model, c.n_heads, c.attention_dropout)
+        self.ffn = FeedForward(c.d_model, c.ffn_dim, c.dropout, c.activation)
+        self.attn_block, self.ffn_block = (Residual(c.d_model, c.dropout, c.pre_norm) for _ in range(2))
+
+    def forward(self, x: Tensor, mask: Tensor) -> Tensor:
+        x = self.attn_block(x, lambda h: self.self_attn(h, mask=mask)[0])
+        return self.ffn_block(x, self.ffn)
+
+
+@dataclass
+class LayerCache:
+    """What one decoder layer remembers between decoding steps."""
+
+    self_attn: KeyValueCache
+    cross_attn: KeyValueCache
+
+
+@dataclass
+class DecoderCache:
+    """Per-layer caches plus the source mask; ``select`` keeps and reorders hypotheses (rows)."""
+
+    layers: list[LayerCache]
+    memory_mask: Tensor  # (N, 1, 1, S)
+    steps: int = 0
+
+    def select(self, rows: Tensor, sources_changed: bool = True) -> None:
+        """Self-attention caches follow every reordering; the encoder side only when sentences leave.
+
+        Beams of one sentence share identical encoder keys/values, so reordering beams within a
+        sentence need not copy them (``sources_changed=False``).
+        """
+        for layer in self.layers:
+            layer.self_attn.select(rows)
+            if sources_changed:
+                layer.cross_attn.select(rows)
+        if sources_changed:
+            self.memory_mask = self.memory_mask.index_select(0, rows)
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, c: ModelConfig):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(c.d_model, c.n_heads, c.attention_dropout)
+        self.cross_attn = MultiHeadAttention(c.d_model, c.n_heads, c.attention_dropout)
+        self.ffn = FeedForward(c.d_model, c.ffn_dim, c.dropout, c.activation)
+        self.self_block, self.cross_block, self.ffn_block = (Residual(c.d_model, c.dropout, c.pre_norm) for _ in range(3))
+
+    def forward(
+        self,
+        x: Tensor,
+        memory: Tensor | None,
+        self_mask: Tensor | None,
+        memory_mask: Tensor,
+        cache: LayerCache | None = None,
+        need_weights: bool = False,
+    ) -> tuple[Tensor, Tensor | None]:
+        """Masked self-attention over the target prefix, cross-attention to the source, feed-forward."""
+        cross_weights = None
+
+        def attend_source(h: Tensor) -> Tensor:
+            nonlocal cross_weights
+            out, cross_weights = self.cross_attn(
+                h, memory, memory_mask, cache and cache.cross_attn, static_source=cache is not None, need_weights=need_weights
+            )
+            return out
+
+        x = self.self_block(x, lambda h: self.self_attn(h, mask=self_mask, cache=cache and cache.self_attn)[0])
+        x = self.cross_block(x, attend_source)
+        return self.ffn_block(x, self.ffn), cross_weights
+
+
+class Transformer(nn.Module):
+    """Encoder-decoder with one embedding matrix shared by source, target and (optionally) output."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        c = self.config = config
+        self.embedding = nn.Embedding(c.vocab_size, c.d_model, padding_idx=c.pad_id)
+        nn.init.normal_(self.embedding.weight, std=c.d_model**-0.5)
+        self.positions = SinusoidalPositions(c.d_model, c.max_positions)
+        self.dropout = nn.Dropout(c.dropout)
+        self.encoder_layers = nn.ModuleList(EncoderLayer(c) for _ in range(c.encoder_layers))
+        self.decoder_layers = nn.ModuleList(DecoderLayer(c) for _ in range(c.decoder_layers))
+        # Pre-norm stacks end un-normalised, so each gets a final LayerNorm; post-norm layers already end in one.
+        self.encoder_norm = nn.LayerNorm(c.d_model) if c.pre_norm else nn.Identity()
+        self.decoder_norm = nn.LayerNorm(c.d_model) if c.pre_norm else nn.Identity()
+        self.output = None if c.tie_output else nn.Linear(c.d_model, c.vocab_size, bias=False)
+
+    def embed(self, tokens: Tensor, start: int = 0) -> Tensor:
+        x = self.embedding(tokens) * math.sqrt(self.config.d_model)
+        return self.dropout(x + self.positions(tokens.size(1), start))
+
+    def logits(self, hidden: Tensor) -> Tensor:
+        return F.linear(hidden, self.embedding.weight) if self.output is None else self.output(hidden)
+
+    def source_mask(self, source: Tensor) -> Tensor:
+        return (source != self.config.pad_id)[:, None, None, :]  # (B, 1, 1, S)
+
+    def encode(self, source: Tensor) -> tuple[Tensor, Tensor]:
+        """Source ids (B, S) → memory (B, S, d) and its padding mask (B, 1, 1, S)."""
+        mask = self.source_mask(source)
+        x = self.embed(source)
+        for layer in self.encoder_layers:
+            x = layer(x, mask)
+        return self.encoder_norm(x), mask
+
+    def decode(
+        self, target_in: Tensor, memory: Tensor, memory_mask: Tensor, need_weights: bool = False
+    ) -> tuple[Tensor, Tensor | None]:
+        """Teacher-forced decoding: target prefix (B, T) → logits (B, T, V) and last-layer cross-attention."""
+        length = target_in.size(1)
+        causal = torch.ones(length, length, dtype=torch.bool, device=target_in.device).tril()
+        x, weights = self.embed(target_in), None
+        for i, layer in enumerate(self.decoder_layers):
+            last = i == len(self.decoder_layers) - 1
+            x, weights = layer(x, memory, causal, memory_mask, need_weights=need_weights and last)
+        return self.logits(self.decoder_norm(x)), weights
+
+    def forward(self, source: Tensor, target_in: Tensor) -> Tensor:
+        memory, memory_mask = self.encode(source)
+        return self.decode(target_in, memory, memory_mask)[0]
+
+    def start_cache(self, memory: Tensor, memory_mask: Tensor) -> DecoderCache:
+        """Project the encoder output once per layer for cross-attention; empty self-attention caches."""
+        batch, heads, head_dim = memory.size(0), self.config.n_heads, self.config.d_model // self.config.n_heads
+        empty = memory.new_zeros(batch, heads, 0, head_dim)
+        layers = [
+            LayerCache(KeyValueCache(empty, empty), layer.cross_attn.project_keys_values(memory))
+            for layer in self.decoder_layers
+        ]
+        return DecoderCache(layers, memory_mask)
+
+    def decode_step(self, tokens: Tensor, cache: DecoderCache, need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+        """One incremental step: the newest token per row (N,) → next-token logits (N, V) and cross-attention (N, S)."""
+        x, weights = self.embed(tokens[:, None], start=cache.steps), None
+        for i, (layer, layer_cache) in enumerate(zip(self.decoder_layers, cache.layers)):
+            last = i == len(self.decoder_layers) - 1
+            x, weights = layer(x, None, None, cache.memory_mask, layer_cache, need_weights=need_weights and last)
+        cache.steps += 1
+        logits = self.logits(self.decoder_norm(x))[:, 0]
+        return logits, None if weights is None else weights[:, 0]
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())

@@ -1,0 +1,56 @@
+"""Command line: one text per line on stdin → one translation per line on stdout, same count and order.
+
+    python -m nmt.translate --source-lang ko --target-lang en < input.ko > output.en
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from nmt.search import SearchOptions
+from nmt.translator import DEFAULT_MODEL_DIR, Translator
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m nmt.translate", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default=str(DEFAULT_MODEL_DIR), help="model directory (default: the bundled model)")
+    parser.add_argument("--source-lang", required=True)
+    parser.add_argument("--target-lang", required=True)
+    parser.add_argument("--beam-size", type=int, default=4)
+    parser.add_argument("--batch-size", type=int, default=64, help="lines read and translated together")
+    parser.add_argument("--length-penalty", type=float, default=1.0)
+    parser.add_argument("--no-repeat-ngram-size", type=int, default=0)
+    parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        translator = Translator.load(args.model, device=args.device)
+        translator.check_pair(args.source_lang, args.target_lang)
+        options = SearchOptions(
+            beam_size=args.beam_size, length_penalty=args.length_penalty, no_repeat_ngram_size=args.no_repeat_ngram_size
+        )
+    except (ValueError, RuntimeError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    lines: list[str] = []
+
+    def flush() -> None:
+        for translation in translator.translate(lines, args.source_lang, args.target_lang, options):
+            sys.stdout.write(translation.text.replace("\n", " ") + "\n")
+        sys.stdout.flush()
+        lines.clear()
+
+    for line in sys.stdin:
+        lines.append(line.rstrip("\n"))
+        if len(lines) >= args.batch_size:
+            flush()
+    flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

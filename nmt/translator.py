@@ -1,0 +1,159 @@
+"""Translate lists of texts with a model directory: sentence splitting, length-sorted batching, search."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from nmt.checkpoint import load_model
+from nmt.model import Transformer
+from nmt.search import Hypothesis, SearchOptions, search
+from nmt.sentences import split_sentences
+from nmt.tokenizer import Tokenizer
+
+DEFAULT_MODEL_DIR = Path(__file__).resolve().parent.parent / "models" / "default"
+
+
+def resolve_device(device: str) -> torch.device:
+    """``auto`` picks CUDA when present, else the CPU."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError("--device cuda was asked for but no CUDA device is available")
+    return torch.device(device)
+
+
+class UnsupportedLanguagePair(ValueError):
+    pass
+
+
+@dataclass
+class Attention:
+    """Cross-attention weights, one row per target token, one column per source token."""
+
+    source_tokens: list[str]
+    target_tokens: list[str]
+    weights: list[list[float]]
+
+
+@dataclass
+class Candidate:
+    text: str
+    score: float
+
+
+@dataclass
+class Translation:
+    text: str
+    candidates: list[Candidate] = field(default_factory=list)  # n-best, best first
+    attention: Attention | None = None
+
+
+class Translator:
+    """A loaded model with its tokenizer, ready to translate between the language pairs it was trained on."""
+
+    def __init__(self, model: Transformer, tokenizer: Tokenizer, metadata: dict, max_batch_tokens: int = 4096):
+        self.model, self.tokenizer, self.metadata = model, tokenizer, metadata
+        self.max_batch_tokens = max_batch_tokens
+        pairs = metadata.get("language_pairs") or [[s, t] for s in tokenizer.languages for t in tokenizer.languages if s != t]
+        self.language_pairs: list[tuple[str, str]] = [tuple(pair) for pair in pairs]
+
+    @classmethod
+    def load(cls, model_dir: str | Path = DEFAULT_MODEL_DIR, device: str = "auto", **kwargs) -> Translator:
+        loaded = load_model(model_dir, resolve_device(device))
+        return cls(loaded.model, loaded.tokenizer, loaded.metadata, **kwargs)
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.embedding.weight.device
+
+    @property
+    def max_source_tokens(self) -> int:
+        return self.model.config.max_positions // 2
+
+    def check_pair(self, source_lang: str, target_lang: str) -> None:
+        if (source_lang, target_lang) not in self.language_pairs:
+            served = ", ".join(f"{s}->{t}" for s, t in self.language_pairs)
+            raise UnsupportedLanguagePair(f"language pair {source_lang}->{target_lang} is not served (served: {served})")
+
+    def translate(
+        self, texts: Sequence[str], source_lang: str, target_lang: str, options: SearchOptions | None = None
+    ) -> list[Translation]:
+        """One :class:`Translation` per text, in order; empty texts give empty translations."""
+        self.check_pair(source_lang, target_lang)
+        options = options or SearchOptions()
+        sentences_per_text = [split_sentences(text) for text in texts]
+        sentences = [s for group in sentences_per_text for s in group]
+        hypotheses = self.translate_sentences(sentences, target_lang, options)
+        results, position = [], 0
+        for group in sentences_per_text:
+            results.append(self._join(group, hypotheses[position : position + len(group)], target_lang, options))
+            position += len(group)
+        return results
+
+    def translate_sentences(self, sentences: Sequence[str], target_lang: str, options: SearchOptions) -> list[list[Hypothesis]]:
+        """n-best lists for single sentences, decoded in length-sorted batches of at most ``max_batch_tokens``."""
+        encoded = [self.tokenizer.source_ids(s, target_lang, self.max_source_tokens) for s in sentences]
+        order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
+        results: list[list[Hypothesis]] = [[] for _ in encoded]
+        for batch in self._batches(order, encoded, options.beam_size):
+            source = self._pad([encoded[i] for i in batch])
+            for i, nbest in zip(batch, search(self.model, source, self.tokenizer.bos_id, self.tokenizer.eos_id, options)):
+                results[i] = nbest
+        return results
+
+    def _batches(self, order: list[int], encoded: list[list[int]], beam_size: int) -> list[list[int]]:
+        """Greedy packing of length-sorted sentences so that longest × count × beam stays within budget."""
+        batches: list[list[int]] = []
+        current: list[int] = []
+        for i in order:
+            longest = len(encoded[i])  # sorted ascending: the newest member is the longest
+            if current and longest * (len(current) + 1) * beam_size > self.max_batch_tokens:
+                batches.append(current)
+                current = []
+            current.append(i)
+        if current:
+            batches.append(current)
+        return batches
+
+    def _pad(self, rows: list[list[int]]) -> torch.Tensor:
+        width = max(len(r) for r in rows)
+        pad = self.tokenizer.pad_id
+        return torch.tensor([r + [pad] * (width - len(r)) for r in rows], dtype=torch.long, device=self.device)
+
+    def _join(self, sentences: list[str], hypotheses: list[list[Hypothesis]], target_lang: str, options: SearchOptions) -> Translation:
+        """Glue sentence translations back into one text; n-best and attention follow the sentences."""
+        if not sentences:
+            return Translation(text="", candidates=[Candidate("", 0.0)] * options.nbest)
+        decode = self.tokenizer.decode
+        best = " ".join(decode(nbest[0].tokens) for nbest in hypotheses)
+        candidates = [
+            Candidate(
+                text=" ".join(decode(nbest[min(k, len(nbest) - 1)].tokens) for nbest in hypotheses),
+                score=sum(nbest[min(k, len(nbest) - 1)].score for nbest in hypotheses),
+            )
+            for k in range(options.nbest)
+        ]
+        attention = self._attention(sentences, hypotheses, target_lang) if options.return_attention else None
+        return Translation(best, candidates, attention)
+
+    def _attention(self, sentences: list[str], hypotheses: list[list[Hypothesis]], target_lang: str) -> Attention:
+        """Block-diagonal attention over all sentences of a text (each sentence attends only to its source)."""
+        source_ids = [self.tokenizer.source_ids(s, target_lang, self.max_source_tokens) for s in sentences]
+        target_ids = [nbest[0].tokens + [self.tokenizer.eos_id] for nbest in hypotheses]
+        width = sum(len(ids) for ids in source_ids)
+        weights: list[list[float]] = []
+        offset = 0
+        for src, nbest in zip(source_ids, hypotheses):
+            for row in nbest[0].attention.tolist():
+                weights.append([0.0] * offset + row[: len(src)] + [0.0] * (width - offset - len(src)))
+            offset += len(src)
+        pieces = self.tokenizer.pieces
+        return Attention(
+            source_tokens=[p for ids in source_ids for p in pieces(ids)],
+            target_tokens=[p for ids in target_ids for p in pieces(ids)],
+            weights=weights,
+        )

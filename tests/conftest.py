@@ -1,0 +1,24 @@
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from fixture_model import write_fixture_model  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def fixture_model_dir(tmp_path_factory) -> Path:
+    """A model directory holding the tiny overfitted ko<->en fixture model."""
+    return write_fixture_model(tmp_path_factory.mktemp("models") / "tiny")
+
+
+@pytest.fixture(scope="session")
+def fixture_translator(fixture_model_dir):
+    from nmt.translator import Translator
+
+    return Translator.load(fixture_model_dir, device="cpu")

@@ -1,0 +1,1 @@
+"""Training pipeline: recipes, corpus loading and cleaning, the trainer, evaluation and checkpoint averaging."""

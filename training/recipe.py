@@ -1,0 +1,68 @@
+"""A training recipe: which corpora to read and how, and how to build, train and evaluate the model.
+
+Recipes are YAML files under ``configs/``. Corpus paths are relative to ``data_dir`` (``${DATA_DIR}`` in the
+file, filled from the Makefile's ``DATA_DIR ?= ../shared/data``); a corpus may instead name a Hub dataset id.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+
+@dataclass
+class CorpusSpec:
+    """One parallel corpus: a local path (``path``) or a Hugging Face Hub dataset id (``hub``).
+
+    ``format``: ``parallel`` (``<path>.ko`` + ``<path>.en`` line-aligned), ``tsv``, ``jsonl`` or ``hub``.
+    ``columns`` maps our language codes to the corpus's column names where they differ.
+    ``weight`` oversamples (2.0 = every pair twice) or undersamples (0.5 = half the pairs) the corpus.
+    """
+
+    name: str
+    path: str | None = None
+    hub: str | None = None
+    format: str = "parallel"
+    split: str = "train"
+    subset: str | None = None
+    columns: dict[str, str] = field(default_factory=dict)
+    weight: float = 1.0
+
+
+@dataclass
+class Recipe:
+    name: str
+    data_dir: Path
+    directions: list[tuple[str, str]]
+    train: list[CorpusSpec]
+    dev: list[CorpusSpec]
+    test: list[CorpusSpec] = field(default_factory=list)
+    cleaning: dict = field(default_factory=dict)  # training.clean.CleaningConfig fields
+    tokenizer: dict = field(default_factory=dict)  # nmt.tokenizer.TokenizerConfig fields
+    model: dict = field(default_factory=dict)  # nmt.model.ModelConfig fields (vocab_size comes from the tokenizer)
+    training: dict = field(default_factory=dict)  # training.trainer.TrainingConfig fields
+
+    def resolve(self, spec: CorpusSpec) -> Path:
+        return self.data_dir / spec.path
+
+
+def load_recipe(path: str | Path, data_dir: str | Path | None = None) -> Recipe:
+    """Read a recipe; ``${DATA_DIR}`` takes ``data_dir``, else the DATA_DIR variable, else ../shared/data."""
+    data_dir = str(data_dir or os.environ.get("DATA_DIR") or "../shared/data")
+    raw = yaml.safe_load(Path(path).read_text(encoding="utf-8").replace("${DATA_DIR}", data_dir))
+    corpora = raw.get("corpora", {})
+    return Recipe(
+        name=raw["name"],
+        data_dir=Path(raw.get("data_dir", data_dir)),
+        directions=[tuple(d) for d in raw.get("directions", [["ko", "en"], ["en", "ko"]])],
+        train=[CorpusSpec(**c) for c in corpora.get("train", [])],
+        dev=[CorpusSpec(**c) for c in corpora.get("dev", [])],
+        test=[CorpusSpec(**c) for c in corpora.get("test", [])],
+        cleaning=raw.get("cleaning", {}),
+        tokenizer=raw.get("tokenizer", {}),
+        model=raw.get("model", {}),
+        training=raw.get("training", {}),
+    )
