@@ -1,0 +1,113 @@
+"""Training checkpoints that resume exactly: model directory + optimizer, schedule, RNG and data position.
+
+    RUN_DIR/checkpoints/step-00001200/   a model directory (nmt.checkpoint format, fp32) plus
+        training_state.pt                optimizer, scheduler, RNG states and Progress
+
+A checkpoint is assembled in a hidden staging folder and renamed into place, so a run killed at any
+moment (kill -9 included) leaves either the previous complete checkpoint or the new one, never half of one.
+``training_state.pt`` holds only tensors and plain containers and is read with ``weights_only=True``.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file
+
+from nmt.checkpoint import CONFIG, METADATA, TOKENIZER, WEIGHTS, save_model
+from nmt.model import Transformer
+from nmt.tokenizer import Tokenizer
+
+STATE_FILE = "training_state.pt"
+_STEP_DIR = re.compile(r"step-(\d+)")
+
+
+@dataclass
+class Progress:
+    """Where training stands; everything a resumed run needs besides weights and optimizer."""
+
+    step: int = 0  # optimizer updates done
+    epoch: int = 0
+    batch_in_epoch: int = 0  # index of the next batch in this epoch's (sharded) order
+    best_score: float = float("-inf")
+    best_step: int = 0
+    evals_without_improvement: int = 0
+    train_seconds: float = 0.0
+
+
+def checkpoint_dirs(run_dir: Path) -> list[Path]:
+    """Complete checkpoints of a run, oldest first."""
+    folder = run_dir / "checkpoints"
+    if not folder.is_dir():
+        return []
+    found = [p for p in folder.iterdir() if _STEP_DIR.fullmatch(p.name) and (p / STATE_FILE).is_file()]
+    return sorted(found, key=lambda p: int(_STEP_DIR.fullmatch(p.name).group(1)))
+
+
+def save_checkpoint(
+    run_dir: Path,
+    model: Transformer,
+    tokenizer: Tokenizer,
+    metadata: dict,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    progress: Progress,
+    keep_last: int,
+) -> Path:
+    folder = run_dir / "checkpoints"
+    final = folder / f"step-{progress.step:08d}"
+    staging = folder / f".staging-{progress.step:08d}"
+    shutil.rmtree(staging, ignore_errors=True)
+    save_model(staging, model, tokenizer, {**metadata, "step": progress.step})
+    state = {
+        "optimizer": optimizer.state_dict(),
+        "scheduler": scheduler.state_dict(),
+        "rng_cpu": torch.get_rng_state(),
+        "rng_cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+        "progress": asdict(progress),
+    }
+    torch.save(state, staging / STATE_FILE)
+    shutil.rmtree(final, ignore_errors=True)
+    staging.rename(final)
+    for old in checkpoint_dirs(run_dir)[:-keep_last]:
+        shutil.rmtree(old)
+    return final
+
+
+def restore_checkpoint(
+    checkpoint: Path, model: Transformer, optimizer: torch.optim.Optimizer, scheduler: torch.optim.lr_scheduler.LRScheduler
+) -> Progress:
+    """Load weights, optimizer, schedule and RNG from a checkpoint; returns where to continue."""
+    model.load_state_dict(load_file(checkpoint / "model.safetensors"))
+    state = torch.load(checkpoint / STATE_FILE, weights_only=True)
+    optimizer.load_state_dict(state["optimizer"])
+    scheduler.load_state_dict(state["scheduler"])
+    torch.set_rng_state(state["rng_cpu"])
+    if state["rng_cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["rng_cuda"])
+    return Progress(**state["progress"])
+
+
+def clear_staging(run_dir: Path) -> None:
+    """Remove half-written checkpoints left by a killed run."""
+    for leftover in (run_dir / "checkpoints").glob(".staging-*"):
+        shutil.rmtree(leftover, ignore_errors=True)
+
+
+def export_model(checkpoint: Path, destination: Path) -> Path:
+    """Copy a checkpoint's model files (not its training state) to ``destination``, replacing it atomically."""
+    staging = destination.with_name(f".{destination.name}.staging")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    for name in (WEIGHTS, CONFIG, TOKENIZER, METADATA):
+        shutil.copy2(checkpoint / name, staging / name)
+    retired = destination.with_name(f".{destination.name}.retired")
+    if destination.exists():
+        destination.rename(retired)
+    staging.rename(destination)
+    shutil.rmtree(retired, ignore_errors=True)
+    return destination

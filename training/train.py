@@ -1,0 +1,98 @@
+"""Train a model from a prepared run directory (``make data``); under torchrun, with DDP.
+
+    python -m training.train --config configs/release.yaml --run-dir runs/release
+    torchrun --standalone --nproc_per_node=2 -m training.train --config ... --run-dir ...
+
+A run directory with checkpoints is resumed from its newest one, exactly where it stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from datasets import load_from_disk
+
+from nmt.model import ModelConfig, Transformer
+from nmt.tokenizer import Tokenizer
+from training.recipe import load_recipe
+from training.trainer import DevPair, Distributed, Trainer, TrainingConfig
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m training.train", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", required=True, help="recipe YAML")
+    parser.add_argument("--run-dir", required=True, type=Path, help="prepared by training.prepare; checkpoints go here")
+    parser.add_argument("--max-steps", type=int, help="override the recipe's training.max_steps")
+    parser.add_argument("--max-minutes", type=float, help="stop with a checkpoint after this many minutes")
+    parser.add_argument("--threads", type=int, help="torch intra-op threads per process")
+    parser.add_argument("--no-progress-bar", action="store_true")
+    return parser.parse_args(argv)
+
+
+def setup_distributed() -> tuple[Distributed, torch.device]:
+    """torchrun sets WORLD_SIZE/RANK/LOCAL_RANK: NCCL on GPUs, gloo on CPUs; one process otherwise."""
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    if torch.cuda.is_available():
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device("cpu")
+    if world_size > 1:
+        dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
+        return Distributed(dist.get_rank(), world_size), device
+    return Distributed(), device
+
+
+def read_dev_pairs(path: Path) -> list[DevPair]:
+    if not path.exists():
+        return []
+    return [DevPair(**json.loads(line)) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    recipe = load_recipe(args.config)
+    overrides = {k: v for k, v in {"max_steps": args.max_steps, "max_minutes": args.max_minutes}.items() if v is not None}
+    config = TrainingConfig(**{**recipe.training, **overrides, **({"progress_bar": False} if args.no_progress_bar else {})})
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    distributed, device = setup_distributed()
+    torch.manual_seed(config.seed)
+
+    run_dir = args.run_dir
+    tokenizer = Tokenizer.load(run_dir / "spm.model")
+    train = load_from_disk(str(run_dir / "data" / "train"))
+    model_config = ModelConfig(vocab_size=tokenizer.vocab_size, pad_id=tokenizer.pad_id, **recipe.model)
+    model = Transformer(model_config).to(device)
+    metadata = {
+        "name": recipe.name,
+        "version": "0.1.0",
+        "language_pairs": [list(d) for d in recipe.directions],
+        "training": {"recipe": str(args.config), "examples": len(train), "config": asdict(config)},
+    }
+    trainer = Trainer(
+        model, tokenizer, train["source"], train["target"], read_dev_pairs(run_dir / "data" / "dev.jsonl"),
+        config, run_dir, metadata, distributed,
+    )
+    resumed = trainer.resume()
+    if distributed.is_main:
+        where = f"resumed at step {trainer.progress.step}" if resumed else "from scratch"
+        print(f"training {recipe.name}: {model.num_parameters() / 1e6:.1f}M parameters, {len(train)} examples, "
+              f"{distributed.world_size} process(es) on {device}, {where}", flush=True)
+    progress = trainer.fit()
+    if distributed.is_main:
+        print(f"stopped at step {progress.step} (epoch {progress.epoch}); best dev BLEU {progress.best_score:.2f} "
+              f"at step {progress.best_step}; checkpoints in {run_dir / 'checkpoints'}, best model in {run_dir / 'best'}, "
+              f"curves in {run_dir / 'curves.png'}", flush=True)
+    if distributed.world_size > 1:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

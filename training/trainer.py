@@ -1,0 +1,301 @@
+"""The training loop: bucketed batches, label-smoothed loss, warm-up schedule, dev BLEU, exact resume, DDP.
+
+One process trains on its own; under ``torchrun`` every process holds a DDP replica and takes every
+N-th batch, rank 0 evaluates and writes checkpoints, and the decision to stop is shared by broadcast.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+from tqdm import tqdm
+
+from nmt.loss import label_smoothed_nll
+from nmt.model import Transformer
+from nmt.search import SearchOptions
+from nmt.tokenizer import Tokenizer
+from nmt.translator import Translator
+from training.batching import pad_batch, shard, token_batches
+from training.evaluate import score
+from training.metrics import MetricsLog, plot_curves
+from training.optim import build_optimizer
+from training.state import Progress, checkpoint_dirs, clear_staging, export_model, restore_checkpoint, save_checkpoint
+
+
+@dataclass
+class TrainingConfig:
+    max_tokens: int = 4096  # per batch: sentences × longest(source, target)
+    update_freq: int = 1  # batches accumulated per optimizer step
+    lr: float = 1e-3  # peak, reached at the end of warm-up
+    betas: tuple[float, float] = (0.9, 0.98)
+    adam_eps: float = 1e-8
+    weight_decay: float = 0.0
+    warmup_steps: int = 1000
+    label_smoothing: float = 0.1
+    clip_norm: float = 1.0
+    max_steps: int = 100_000
+    max_epochs: int = 1000
+    max_minutes: float | None = None  # stop (with a checkpoint) after this much wall clock in one invocation
+    bf16: bool = False  # autocast to bfloat16: faster on CPUs with AVX-512-BF16/AMX and on recent GPUs
+    seed: int = 1
+    log_every: int = 50
+    eval_every: int = 1000
+    save_every: int = 500
+    keep_last: int = 5
+    patience: int = 10  # evaluations without a better dev score before stopping
+    dev_sets: list[str] = field(default_factory=list)  # corpora used for dev loss/BLEU; empty = all dev sets
+    dev_max_sentences: int = 200  # per set and direction, to keep evaluation short
+    dev_beam_size: int = 4
+    progress_bar: bool = True
+
+    def __post_init__(self) -> None:
+        self.betas = tuple(self.betas)
+
+
+@dataclass
+class DevPair:
+    corpus: str
+    source_lang: str
+    target_lang: str
+    source: str
+    target: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.corpus}.{self.source_lang}-{self.target_lang}"
+
+
+@dataclass
+class Distributed:
+    rank: int = 0
+    world_size: int = 1
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def select_dev_pairs(pairs: Sequence[DevPair], config: TrainingConfig) -> list[DevPair]:
+    """The first ``dev_max_sentences`` of each chosen dev set and direction."""
+    taken: dict[str, int] = defaultdict(int)
+    chosen = []
+    for pair in pairs:
+        if config.dev_sets and pair.corpus not in config.dev_sets:
+            continue
+        if taken[pair.key] < config.dev_max_sentences:
+            taken[pair.key] += 1
+            chosen.append(pair)
+    return chosen
+
+
+class Trainer:
+    def __init__(
+        self,
+        model: Transformer,
+        tokenizer: Tokenizer,
+        sources: Sequence[Sequence[int]],
+        targets: Sequence[Sequence[int]],
+        dev_pairs: Sequence[DevPair],
+        config: TrainingConfig,
+        run_dir: Path,
+        metadata: dict,
+        distributed: Distributed = Distributed(),
+    ):
+        self.model, self.tokenizer, self.config, self.run_dir = model, tokenizer, config, Path(run_dir)
+        self.sources, self.targets, self.metadata, self.distributed = sources, targets, metadata, distributed
+        self.source_lengths = np.fromiter((len(s) for s in sources), dtype=np.int64, count=len(sources))
+        self.target_lengths = np.fromiter((len(t) for t in targets), dtype=np.int64, count=len(targets))
+        self.dev_pairs = select_dev_pairs(dev_pairs, config)
+        self.device = next(model.parameters()).device
+        self.optimizer, self.scheduler = build_optimizer(
+            model, config.lr, config.betas, config.adam_eps, config.weight_decay, config.warmup_steps
+        )
+        self.network = (
+            DistributedDataParallel(model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
+            if distributed.world_size > 1
+            else model
+        )
+        self.progress = Progress()
+
+    # ---- state -------------------------------------------------------------------------------------------
+
+    def resume(self) -> bool:
+        """Continue from the newest complete checkpoint in the run directory, if there is one."""
+        if self.distributed.is_main:
+            (self.run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
+            clear_staging(self.run_dir)
+        self.barrier()
+        found = checkpoint_dirs(self.run_dir)
+        if found:
+            self.progress = restore_checkpoint(found[-1], self.model, self.optimizer, self.scheduler)
+        return bool(found)
+
+    def save(self) -> Path | None:
+        path = None
+        if self.distributed.is_main:
+            metadata = {**self.metadata, "training": {**self.metadata.get("training", {}), "progress": asdict(self.progress)}}
+            path = save_checkpoint(
+                self.run_dir, self.model, self.tokenizer, metadata, self.optimizer, self.scheduler, self.progress, self.config.keep_last
+            )
+        self.barrier()
+        return path
+
+    def barrier(self) -> None:
+        if self.distributed.world_size > 1:
+            dist.barrier()
+
+    # ---- one update --------------------------------------------------------------------------------------
+
+    def autocast(self):
+        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.config.bf16)
+
+    def batch_tensors(self, indices: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        pad = self.tokenizer.pad_id
+        source = pad_batch([self.sources[i] for i in indices], pad).to(self.device, non_blocking=True)
+        target = pad_batch([self.targets[i] for i in indices], pad).to(self.device, non_blocking=True)
+        return source, target
+
+    def update(self, batches: Sequence[np.ndarray]) -> dict:
+        """Forward/backward over ``update_freq`` batches, then one clipped optimizer step."""
+        self.network.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        tokens = int(sum(self.target_lengths[b].sum() - len(b) for b in batches))  # labels exclude BOS
+        loss_sum = nll_sum = 0.0
+        for i, indices in enumerate(batches):
+            source, target = self.batch_tensors(indices)
+            last = i == len(batches) - 1
+            sync = contextlib.nullcontext() if last or self.distributed.world_size == 1 else self.network.no_sync()
+            with sync:
+                with self.autocast():
+                    logits = self.network(source, target[:, :-1])
+                loss, nll = label_smoothed_nll(logits, target[:, 1:], self.config.label_smoothing, self.tokenizer.pad_id)
+                (loss / tokens).backward()
+            loss_sum, nll_sum = loss_sum + float(loss.detach()), nll_sum + float(nll.detach())
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.clip_norm))
+        self.optimizer.step()
+        self.scheduler.step()
+        return {"loss": loss_sum / tokens, "nll": nll_sum / tokens, "tokens": tokens, "grad_norm": grad_norm}
+
+    # ---- evaluation --------------------------------------------------------------------------------------
+
+    @torch.inference_mode()
+    def dev_nll(self) -> float:
+        """Teacher-forced NLL per target token on the dev selection."""
+        self.model.eval()
+        total = tokens = 0.0
+        examples = [
+            (self.tokenizer.source_ids(p.source, p.target_lang, self.model.config.max_positions),
+             self.tokenizer.target_ids(p.target, self.model.config.max_positions))
+            for p in self.dev_pairs
+        ]
+        for start in range(0, len(examples), 64):
+            chunk = examples[start : start + 64]
+            source = pad_batch([s for s, _ in chunk], self.tokenizer.pad_id).to(self.device)
+            target = pad_batch([t for _, t in chunk], self.tokenizer.pad_id).to(self.device)
+            with self.autocast():
+                logits = self.model(source, target[:, :-1])
+            total += float(label_smoothed_nll(logits, target[:, 1:], 0.0, self.tokenizer.pad_id)[1])
+            tokens += int((target[:, 1:] != self.tokenizer.pad_id).sum())
+        return total / max(tokens, 1)
+
+    def evaluate(self) -> dict:
+        """Dev NLL plus BLEU/chrF of real beam-search translations for each dev set and direction."""
+        record: dict = {"kind": "dev", "step": self.progress.step, "dev_nll": self.dev_nll()}
+        translator = Translator(self.model, self.tokenizer, self.metadata)
+        options = SearchOptions(beam_size=self.config.dev_beam_size)
+        groups: dict[str, list[DevPair]] = defaultdict(list)
+        for pair in self.dev_pairs:
+            groups[pair.key].append(pair)
+        bleus = []
+        for key, pairs in groups.items():
+            hypotheses = translator.translate([p.source for p in pairs], pairs[0].source_lang, pairs[0].target_lang, options)
+            scores = score([h.text for h in hypotheses], [p.target for p in pairs], pairs[0].target_lang)
+            record[f"bleu/{key}"], record[f"chrf/{key}"] = round(scores["bleu"], 2), round(scores["chrf"], 2)
+            bleus.append(scores["bleu"])
+        record["bleu"] = float(np.mean(bleus)) if bleus else -record["dev_nll"]
+        self.model.train()
+        return record
+
+    def after_evaluation(self, record: dict) -> bool:
+        """Track the best checkpoint (by mean dev BLEU); True when patience has run out."""
+        improved = record["bleu"] > self.progress.best_score
+        if improved:
+            self.progress.best_score, self.progress.best_step = record["bleu"], self.progress.step
+            self.progress.evals_without_improvement = 0
+        else:
+            self.progress.evals_without_improvement += 1
+        path = self.save()
+        if improved and path is not None:
+            export_model(path, self.run_dir / "best")
+        return self.progress.evals_without_improvement >= self.config.patience
+
+    # ---- the loop ----------------------------------------------------------------------------------------
+
+    def fit(self) -> Progress:
+        config, progress, main = self.config, self.progress, self.distributed.is_main
+        log = MetricsLog(self.run_dir / "metrics.jsonl", progress.step) if main else None
+        started, budget = time.monotonic(), (config.max_minutes or math.inf) * 60
+        start_seconds = progress.train_seconds
+        bar = tqdm(total=config.max_steps, initial=progress.step, disable=not (main and config.progress_bar), unit="step", dynamic_ncols=True)
+        window_tokens, window_start = 0, time.monotonic()
+        stop = progress.step >= config.max_steps
+        while not stop and progress.epoch < config.max_epochs:
+            batches = shard(
+                token_batches(self.source_lengths, self.target_lengths, config.max_tokens, config.seed, progress.epoch),
+                self.distributed.rank,
+                self.distributed.world_size,
+            )
+            while not stop and progress.batch_in_epoch + config.update_freq <= len(batches):
+                group = batches[progress.batch_in_epoch : progress.batch_in_epoch + config.update_freq]
+                stats = self.update(group)
+                progress.step += 1
+                progress.batch_in_epoch += config.update_freq
+                progress.train_seconds = start_seconds + time.monotonic() - started
+                window_tokens += stats["tokens"] * self.distributed.world_size
+                lr = self.scheduler.get_last_lr()[0]
+                bar.update(1)
+                if progress.step % config.log_every == 0:
+                    elapsed = time.monotonic() - window_start
+                    record = {"kind": "train", "step": progress.step, "epoch": progress.epoch, **stats, "lr": lr,
+                              "tokens_per_s": window_tokens / elapsed, "seconds": round(progress.train_seconds, 1)}
+                    bar.set_postfix(loss=f"{stats['loss']:.3f}", tok_s=f"{record['tokens_per_s']:.0f}", lr=f"{lr:.2e}")
+                    window_tokens, window_start = 0, time.monotonic()
+                    if log:
+                        log.write(record)
+                out_of_time = time.monotonic() - started > budget
+                stop = progress.step >= config.max_steps or out_of_time
+                if progress.step % config.eval_every == 0 or stop:
+                    stop = self.evaluate_and_decide(log) or stop
+                elif progress.step % config.save_every == 0:
+                    self.save()
+            if progress.batch_in_epoch + config.update_freq > len(batches):
+                progress.epoch += 1
+                progress.batch_in_epoch = 0
+        bar.close()
+        return progress
+
+    def evaluate_and_decide(self, log: MetricsLog | None) -> bool:
+        """Rank 0 evaluates, saves and decides whether to stop early; every rank learns the decision."""
+        decision = [False]
+        if self.distributed.is_main:
+            record = self.evaluate()
+            decision[0] = self.after_evaluation(record)
+            record["best_step"] = self.progress.best_step
+            log.write(record)
+            plot_curves(log.records(), self.run_dir / "curves.png")
+            tqdm.write(" ".join(f"{k}={v:.2f}" if isinstance(v, float) else f"{k}={v}" for k, v in record.items()))
+        else:
+            self.save()
+        if self.distributed.world_size > 1:
+            dist.broadcast_object_list(decision, src=0)
+        return decision[0]
