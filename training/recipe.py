@@ -18,7 +18,8 @@ class CorpusSpec:
     """One parallel corpus: a local path (``path``) or a Hugging Face Hub dataset id (``hub``).
 
     ``format``: ``parallel`` (``<path>.ko`` + ``<path>.en`` line-aligned), ``tsv``, ``jsonl`` or ``hub``.
-    ``columns`` maps our language codes to the corpus's column names where they differ.
+    ``columns`` maps our language codes to the corpus's column names where they differ (for ``tsv``: to
+    0-based column positions).
     ``weight`` oversamples (2.0 = every pair twice) or undersamples (0.5 = half the pairs) the corpus.
     """
 
@@ -28,7 +29,7 @@ class CorpusSpec:
     format: str = "parallel"
     split: str = "train"
     subset: str | None = None
-    columns: dict[str, str] = field(default_factory=dict)
+    columns: dict[str, str | int] = field(default_factory=dict)
     weight: float = 1.0
 
 
@@ -44,6 +45,7 @@ class Recipe:
     tokenizer: dict = field(default_factory=dict)  # nmt.tokenizer.TokenizerConfig fields
     model: dict = field(default_factory=dict)  # nmt.model.ModelConfig fields (vocab_size comes from the tokenizer)
     training: dict = field(default_factory=dict)  # training.trainer.TrainingConfig fields
+    seed: int = 0  # seeds the random subsets that fractional corpus weights take
 
     def resolve(self, spec: CorpusSpec) -> Path:
         return self.data_dir / spec.path
@@ -65,4 +67,5 @@ def load_recipe(path: str | Path, data_dir: str | Path | None = None) -> Recipe:
         tokenizer=raw.get("tokenizer", {}),
         model=raw.get("model", {}),
         training=raw.get("training", {}),
+        seed=raw.get("seed", 0),
     )

@@ -1,0 +1,110 @@
+import dataclasses
+import json
+import random
+import shutil
+from pathlib import Path
+
+import pytest
+from datasets import load_from_disk
+
+from nmt.tokenizer import Tokenizer
+from training.prepare import prepare, recipe_hash, weighted_indices
+from training.recipe import load_recipe
+
+ROOT = Path(__file__).parent.parent
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory):
+    """configs/tiny.yaml prepared once for the module: (recipe, run_dir, report)."""
+    recipe = load_recipe(ROOT / "configs" / "tiny.yaml")
+    recipe = dataclasses.replace(recipe, data_dir=ROOT / recipe.data_dir)  # whatever the working directory
+    run_dir = tmp_path_factory.mktemp("run")
+    return recipe, run_dir, prepare(recipe, run_dir, num_proc=1)
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def test_outputs_are_written(prepared):
+    _, run_dir, _ = prepared
+    for name in ("spm.model", "data/train/dataset_info.json", "data/dev.jsonl", "data/test.jsonl", "data/report.json"):
+        assert (run_dir / name).is_file(), name
+    assert not (run_dir / "data.partial").exists()
+
+
+def test_training_examples_cover_every_direction(prepared):
+    _, run_dir, report = prepared
+    train = load_from_disk(str(run_dir / "data" / "train"))
+    tokenizer = Tokenizer.load(run_dir / "spm.model")
+    assert sorted(train.column_names) == ["corpus", "direction", "source", "target"]
+    assert report["examples_per_direction"] == {"ko-en": 95, "en-ko": 95}
+    first = {direction: train[train["direction"].index(direction)] for direction in ("ko-en", "en-ko")}
+    assert first["ko-en"]["source"][0] == tokenizer.language_id("en")
+    assert first["en-ko"]["source"][0] == tokenizer.language_id("ko")
+    assert tokenizer.decode(first["ko-en"]["source"][1:]) == "나는 학생입니다."
+    assert tokenizer.decode(first["ko-en"]["target"]) == "I am a student."
+    assert all(ids[0] == tokenizer.bos_id and ids[-1] == tokenizer.eos_id for ids in train["target"])
+    assert max(len(ids) for ids in [*train["source"], *train["target"]]) <= 40
+
+
+def test_report_counts_add_up(prepared):
+    recipe, run_dir, report = prepared
+    assert report == json.loads((run_dir / "data" / "report.json").read_text(encoding="utf-8"))
+    corpora = report["train"]["corpora"]
+    assert list(corpora) == ["tiny", "noisy", "extra", "hub-standin"]
+    for counts in corpora.values():
+        assert counts["read"] == counts["kept"] + sum(counts["dropped"].values())
+        assert counts["examples"] == counts["sampled"] * len(recipe.directions)
+    assert corpora["tiny"] == {"read": 40, "kept": 39, "dropped": {"in_dev_or_test": 1}, "weight": 2.0,
+                               "sampled": 78, "examples": 156}
+    assert corpora["noisy"]["kept"] == 7
+    assert corpora["extra"]["dropped"] == {"too_many_tokens": 1}
+    assert corpora["extra"]["sampled"] == round(0.5 * 7)
+    total = report["train"]["total"]
+    assert total["read"] == sum(c["read"] for c in corpora.values()) == 72
+    assert total["examples"] == sum(report["examples_per_direction"].values()) == 190
+    assert report["tokenizer"]["vocab_size"] == 600
+    assert report["tokenizer"]["unk_rate"] == {"train": 0.0, "dev": 0.0}
+
+
+def test_dev_and_test_sets_are_written_for_every_direction(prepared):
+    _, run_dir, report = prepared
+    dev = read_jsonl(run_dir / "data" / "dev.jsonl")
+    assert report["dev"] == {"tiny-dev": 5} and report["test"] == {"tiny-test": 4}
+    assert len(dev) == 10 and len(read_jsonl(run_dir / "data" / "test.jsonl")) == 8
+    assert dev[0] == {"corpus": "tiny-dev", "source_lang": "ko", "target_lang": "en",
+                      "source": "감사합니다.", "target": "Thank you."}
+    assert dev[5] == {"corpus": "tiny-dev", "source_lang": "en", "target_lang": "ko",
+                      "source": "Thank you.", "target": "감사합니다."}
+
+
+def test_an_unchanged_recipe_is_not_prepared_again(prepared, capsys):
+    recipe, run_dir, report = prepared
+    stamp = (run_dir / "spm.model").stat().st_mtime_ns
+    assert prepare(recipe, run_dir) == report
+    assert "up to date" in capsys.readouterr().out
+    assert (run_dir / "spm.model").stat().st_mtime_ns == stamp
+
+
+def test_a_changed_recipe_is_prepared_again(prepared, tmp_path, capsys):
+    recipe, run_dir, report = prepared
+    assert recipe_hash(dataclasses.replace(recipe, training={"lr": 1.0})) == recipe_hash(recipe)
+    reseeded = dataclasses.replace(recipe, seed=recipe.seed + 1)
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy)
+    again = prepare(reseeded, copy, num_proc=1)
+    assert "up to date" not in capsys.readouterr().out
+    assert again["recipe_hash"] == recipe_hash(reseeded) != report["recipe_hash"]
+    assert json.loads((copy / "data" / "report.json").read_text(encoding="utf-8")) == again
+
+
+def test_weights_repeat_rows_and_sample_the_fraction():
+    indices = weighted_indices(10, 2.5, random.Random(0))
+    assert len(indices) == 25
+    assert all(indices.count(row) in (2, 3) for row in range(10))
+    assert indices == weighted_indices(10, 2.5, random.Random(0))
+    assert weighted_indices(4, 0.0, random.Random(0)) == []
+    with pytest.raises(ValueError):
+        weighted_indices(4, -1, random.Random(0))
