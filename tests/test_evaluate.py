@@ -1,0 +1,98 @@
+"""training.evaluate: scores agree with sacrebleu, and the CLI writes a complete, line-aligned report."""
+
+import json
+
+import pytest
+from fixture_model import fixture_pairs
+from sacrebleu.metrics import BLEU, CHRF
+
+from training.evaluate import EvaluationError, main, read_parallel, score
+
+ENGLISH_HYPOTHESES = ["The cat sat on the mat.", "A dog barked loudly"]
+ENGLISH_REFERENCES = ["The cat sat on the mat.", "The dog barked loudly."]
+KOREAN_HYPOTHESES = ["나는 학생 입니다.", "그는 의사예요."]
+KOREAN_REFERENCES = ["나는 학생입니다.", "그는 의사입니다."]
+
+
+@pytest.mark.parametrize(
+    "hypotheses, references, target_lang, tokenize",
+    [(ENGLISH_HYPOTHESES, ENGLISH_REFERENCES, "en", "13a"), (KOREAN_HYPOTHESES, KOREAN_REFERENCES, "ko", "char")],
+)
+def test_score_matches_sacrebleu(hypotheses, references, target_lang, tokenize):
+    scores = score(hypotheses, references, target_lang)
+    bleu, chrf = BLEU(tokenize=tokenize), CHRF()
+    assert scores["bleu"] == bleu.corpus_score(hypotheses, [references]).score
+    assert scores["chrf"] == chrf.corpus_score(hypotheses, [references]).score
+    assert f"tok:{tokenize}" in scores["bleu_signature"]
+    assert scores["chrf_signature"] == str(chrf.get_signature())
+
+
+def test_korean_bleu_ignores_word_spacing():
+    assert score(["나는 학생 입니다."], ["나는 학생입니다."], "ko")["bleu"] == pytest.approx(100.0)
+
+
+def test_score_requires_one_hypothesis_per_reference():
+    with pytest.raises(EvaluationError, match="1 hypotheses for 2 references"):
+        score(["one"], ["one", "two"], "en")
+
+
+def test_read_parallel_rejects_misaligned_files(tmp_path):
+    (tmp_path / "dev.ko").write_text("하나\n둘\n", encoding="utf-8")
+    (tmp_path / "dev.en").write_text("one\n", encoding="utf-8")
+    with pytest.raises(EvaluationError, match="has 2 lines but"):
+        read_parallel(tmp_path / "dev", "ko", "en")
+
+
+def write_parallel(prefix, pairs):
+    for index, lang in enumerate(("ko", "en")):
+        prefix.with_name(f"{prefix.name}.{lang}").write_text("".join(pair[index] + "\n" for pair in pairs), encoding="utf-8")
+
+
+@pytest.fixture()
+def tiny_recipe(tmp_path):
+    pairs = fixture_pairs()
+    write_parallel(tmp_path / "tiny-dev", pairs[:6])
+    write_parallel(tmp_path / "tiny-test", pairs[6:12])
+    recipe = tmp_path / "tiny.yaml"
+    recipe.write_text(
+        f"name: tiny\ndata_dir: {tmp_path}\ncorpora:\n"
+        "  dev: [{name: tiny-dev, path: tiny-dev}]\n"
+        "  test: [{name: tiny-test, path: tiny-test}]\n",
+        encoding="utf-8",
+    )
+    return recipe
+
+
+def test_cli_reports_every_set_and_direction(tiny_recipe, fixture_model_dir, tmp_path, capsys):
+    out = tmp_path / "report" / "eval.json"
+    main(["--config", str(tiny_recipe), "--model", str(fixture_model_dir), "--out", str(out), "--device", "cpu"])
+
+    report = json.loads(out.read_text(encoding="utf-8"))
+    assert report["model"]["name"] == "fixture-tiny"
+    assert report["decoding"]["beam_size"] == 4
+    found = {(r["set"], r["direction"]): r for r in report["results"]}
+    assert set(found) == {(s, d) for s in ("tiny-dev", "tiny-test") for d in ("ko-en", "en-ko")}
+    for (name, direction), result in found.items():
+        assert result["sentences"] == 6
+        assert result["bleu"] > 80 and result["chrf"] > 80  # the fixture model memorised these pairs
+        assert "tok:13a" in result["bleu_signature"] if direction.endswith("en") else "tok:char" in result["bleu_signature"]
+        assert "nc:6" in result["chrf_signature"]
+        hypotheses = (tmp_path / "report" / "eval" / f"{name}.{direction}.hyp").read_text(encoding="utf-8")
+        assert hypotheses.count("\n") == 6
+    printed = capsys.readouterr().out
+    assert "tiny-test" in printed and str(out) in printed
+
+
+def test_cli_filters_sets_and_directions(tiny_recipe, fixture_model_dir, tmp_path):
+    out = tmp_path / "dev-only.json"
+    report = main(
+        ["--config", str(tiny_recipe), "--model", str(fixture_model_dir), "--out", str(out), "--device", "cpu",
+         "--sets", "tiny-dev", "--directions", "ko-en", "--limit", "3", "--beam-size", "1"]
+    )
+    assert [(r["set"], r["direction"], r["sentences"]) for r in report["results"]] == [("tiny-dev", "ko-en", 3)]
+    assert (tmp_path / "dev-only" / "tiny-dev.ko-en.hyp").is_file()
+
+
+def test_cli_rejects_unknown_sets(tiny_recipe, fixture_model_dir):
+    with pytest.raises(EvaluationError, match="unknown evaluation sets nope"):
+        main(["--config", str(tiny_recipe), "--model", str(fixture_model_dir), "--sets", "nope", "--device", "cpu"])

@@ -1,0 +1,87 @@
+"""Checkpoint averaging: the element-wise mean of the last few checkpoints' weights, usually worth a little BLEU.
+
+    python -m training.average --run-dir runs/release [--last 5] [--out runs/release/averaged]
+
+A run directory holds ``checkpoints/step-00001234/`` model directories (plus training state, ignored here)
+and ``best/``. The mean is taken in fp32 over checkpoints that share one config and one tokenizer: weights
+of different shapes cannot be averaged, and weights over different vocabularies must not be.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from nmt.checkpoint import CheckpointError, load_model, save_model
+from nmt.model import Transformer
+
+STEP_DIR = re.compile(r"step-(\d+)")
+DEFAULT_LAST = 5
+
+
+class AveragingError(ValueError):
+    """Checkpoints that cannot be averaged together."""
+
+
+def run_checkpoints(run_dir: Path) -> list[Path]:
+    """The run's complete model directories under ``checkpoints/``, oldest (lowest step) first."""
+    folder = run_dir / "checkpoints"
+    found = [p for p in folder.iterdir() if STEP_DIR.fullmatch(p.name) and (p / "model.safetensors").is_file()] if folder.is_dir() else []
+    return sorted(found, key=lambda p: int(STEP_DIR.fullmatch(p.name).group(1)))
+
+
+def average_checkpoints(model_dirs: Sequence[str | Path], out_dir: str | Path) -> Path:
+    """Write the mean of ``model_dirs``' weights as a model directory; metadata follows the last one given."""
+    if not model_dirs:
+        raise AveragingError("no checkpoints to average")
+    model_dirs = [Path(d) for d in model_dirs]
+    first = load_model(model_dirs[0])
+    sums = {name: t.float().clone() for name, t in first.model.state_dict().items()}
+    metadata = first.metadata
+    for directory in model_dirs[1:]:  # one model in memory besides the sums
+        loaded = load_model(directory)
+        if loaded.model.config != first.model.config:
+            raise AveragingError(f"{directory} has a different model config from {model_dirs[0]}")
+        if loaded.tokenizer.model_proto != first.tokenizer.model_proto:
+            raise AveragingError(f"{directory} has a different tokenizer from {model_dirs[0]}")
+        for name, tensor in loaded.model.state_dict().items():
+            sums[name] += tensor.float()
+        metadata = loaded.metadata
+    averaged = Transformer(first.model.config)
+    averaged.load_state_dict({name: total / len(model_dirs) for name, total in sums.items()})
+    averaged_from = [str(d.resolve()) for d in model_dirs]
+    return save_model(out_dir, averaged, first.tokenizer, {**metadata, "averaged_from": averaged_from})
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--run-dir", type=Path, required=True, help="training run holding checkpoints/step-*/")
+    parser.add_argument("--last", type=int, default=DEFAULT_LAST, help="average the N checkpoints with the highest steps")
+    parser.add_argument("--out", type=Path, help="output model directory (default: RUN_DIR/averaged)")
+    args = parser.parse_args(argv)
+    if args.last < 1:
+        parser.error("--last must be at least 1")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> Path:
+    args = parse_args(argv)
+    checkpoints = run_checkpoints(args.run_dir)[-args.last :]
+    if not checkpoints:
+        raise SystemExit(f"no checkpoints under {args.run_dir / 'checkpoints'} (expected step-NNNNNNNN/ model directories)")
+    if len(checkpoints) < args.last:
+        print(f"only {len(checkpoints)} checkpoints available, averaging those")
+    out_dir = average_checkpoints(checkpoints, args.out or args.run_dir / "averaged")
+    print(f"averaged {', '.join(c.name for c in checkpoints)} into {out_dir}")
+    return out_dir
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except (AveragingError, CheckpointError) as error:
+        raise SystemExit(f"error: {error}") from error
