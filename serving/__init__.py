@@ -1,0 +1,1 @@
+"""gRPC serving of :class:`nmt.translator.Translator`: validation, cross-request batching, lifecycle."""

@@ -1,0 +1,74 @@
+"""Everything an operator can tune about the server, in one place; ``python -m serving.server --help`` maps flags onto it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from nmt.translator import DEFAULT_MODEL_DIR
+
+MIB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one request may ask for; beyond it the request is refused with INVALID_ARGUMENT."""
+
+    max_text_chars: int = 5000
+    max_text_tokens: int = 1024  # all sentences of one text together
+    max_batch_texts: int = 64
+    max_beam_size: int = 8
+
+    def __post_init__(self) -> None:
+        for name, value in vars(self).items():
+            if value < 1:
+                raise ValueError(f"{name} must be at least 1, got {value}")
+
+
+@dataclass(frozen=True)
+class BatchingConfig:
+    """Cross-request batching: how long a request may wait for batch mates and how big a batch may grow."""
+
+    enabled: bool = True  # off: every request is decoded on its own
+    max_batch_tokens: int = 4096  # source tokens gathered into one decode call
+    max_wait_ms: float = 5.0  # the oldest queued request waits at most this long for batch mates
+    max_queued_requests: int = 256  # beyond this, requests are refused with RESOURCE_EXHAUSTED
+
+    def __post_init__(self) -> None:
+        if self.max_batch_tokens < 1 or self.max_queued_requests < 1:
+            raise ValueError("max_batch_tokens and max_queued_requests must be at least 1")
+        if self.max_wait_ms < 0:
+            raise ValueError(f"max_wait_ms must be ≥ 0, got {self.max_wait_ms}")
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    model_dir: Path = DEFAULT_MODEL_DIR
+    host: str = "127.0.0.1"  # loopback unless told otherwise
+    port: int = 50051  # 0 picks a free port
+    device: str = "auto"
+    torch_threads: int | None = None  # None leaves torch's default
+    tls_cert: Path | None = None  # PEM certificate chain; with tls_key, serve TLS only
+    tls_key: Path | None = None
+    max_receive_message_bytes: int = 4 * MIB
+    max_send_message_bytes: int = 64 * MIB  # attention matrices of long texts are large
+    max_concurrent_rpcs: int = 1024  # streams and health watches included
+    stream_window: int = 32  # stream requests queued ahead of the one being answered
+    grace_period_s: float = 30.0  # on SIGTERM/SIGINT, in-flight requests get this long to finish
+    reflection: bool = True
+    metrics_port: int | None = None  # serve Prometheus metrics over HTTP on host:metrics_port
+    limits: Limits = field(default_factory=Limits)
+    batching: BatchingConfig = field(default_factory=BatchingConfig)
+
+    def __post_init__(self) -> None:
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError("TLS needs both a certificate and a key (--tls-cert and --tls-key)")
+        if self.stream_window < 1 or self.max_concurrent_rpcs < 1:
+            raise ValueError("stream_window and max_concurrent_rpcs must be at least 1")
+        if self.grace_period_s < 0:
+            raise ValueError(f"grace_period_s must be ≥ 0, got {self.grace_period_s}")
+
+    @property
+    def address(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host and not self.host.startswith("[") else self.host
+        return f"{host}:{self.port}"
