@@ -84,7 +84,8 @@ def load_model(directory: str | Path, device: str | torch.device = "cpu") -> Loa
             raise CheckpointError(f"model directory {directory} is missing {name}")
     try:
         config = ModelConfig(**_read_json(directory / CONFIG))
-    except TypeError as error:
+        model = Transformer(config)  # also rejects values no model can have, e.g. heads that do not divide d_model
+    except (TypeError, ValueError, KeyError) as error:
         raise CheckpointError(f"{directory / CONFIG} is not a valid model config: {error}") from error
     metadata = _read_json(directory / METADATA)
     try:
@@ -95,7 +96,6 @@ def load_model(directory: str | Path, device: str | torch.device = "cpu") -> Loa
         weights = load_file(directory / WEIGHTS)
     except (OSError, SafetensorError) as error:
         raise CheckpointError(f"cannot read weights {directory / WEIGHTS}: {error}") from error
-    model = Transformer(config)
     try:
         model.load_state_dict({name: t.float() if t.is_floating_point() else t for name, t in weights.items()})
     except RuntimeError as error:

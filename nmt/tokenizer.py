@@ -67,7 +67,8 @@ class Tokenizer:
             normalization_rule_name="identity",
             pad_id=0, unk_id=1, bos_id=2, eos_id=3,
             pad_piece=PAD, unk_piece=UNK, bos_piece=BOS, eos_piece=EOS,
-            user_defined_symbols=[language_tag(lang) for lang in config.languages],
+            # Control symbols, unlike user-defined ones, never match input text: typing "<2ko>" cannot pick the language.
+            control_symbols=[language_tag(lang) for lang in config.languages],
             input_sentence_size=config.input_sentence_size,
             shuffle_input_sentence=True,
             hard_vocab_limit=False,

@@ -1,0 +1,90 @@
+"""The joint SentencePiece tokenizer: lossless on any Unicode text, special ids, language tags, save/load."""
+
+import pytest
+
+from nmt.normalize import normalize
+from nmt.tokenizer import Tokenizer
+
+
+@pytest.fixture(scope="module")
+def tokenizer(fixture_translator) -> Tokenizer:
+    """The fixture tokenizer: trained on the 80 fixture sentences, so most of Hangul is unseen."""
+    return fixture_translator.tokenizer
+
+
+def special_ids(tokenizer: Tokenizer) -> set[int]:
+    return {tokenizer.pad_id, tokenizer.unk_id, tokenizer.bos_id, tokenizer.eos_id}
+
+
+def test_every_hangul_syllable_round_trips(tokenizer):
+    syllables = [chr(code) for code in range(0xAC00, 0xD7A4)]
+    ids = tokenizer.encode(" ".join(syllables))  # one call: 11,172 syllables as words
+    decoded = tokenizer.decode(ids).split(" ")
+    assert len(decoded) == len(syllables) == 11172
+    assert [s for s, d in zip(syllables, decoded) if s != d] == []
+    assert not special_ids(tokenizer) & set(ids)
+    assert any(tokenizer.sp.is_byte(i) for i in ids), "unseen syllables should be spelled as bytes"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "😀👍🏽 좋아요 👩‍💻",  # emoji, skin-tone modifier, zero-width-joiner sequence
+        "龘 鬱 㐀",  # rare Hanja / CJK extension A
+        "𓀀 𝄞 ∮ ¿Qué?",  # characters far outside the training text
+        "나는 학생입니다. 🎓",
+    ],
+)
+def test_unseen_characters_become_bytes_never_unk_or_eos(tokenizer, text):
+    ids = tokenizer.encode(text)
+    assert not special_ids(tokenizer) & set(ids)
+    assert tokenizer.decode(ids) == normalize(text)
+
+
+def test_special_ids_and_pieces(tokenizer):
+    ids = [tokenizer.pad_id, tokenizer.unk_id, tokenizer.bos_id, tokenizer.eos_id]
+    assert ids == [0, 1, 2, 3]
+    assert tokenizer.pieces(ids) == ["<pad>", "<unk>", "<s>", "</s>"]
+
+
+def test_language_tags(tokenizer):
+    assert tokenizer.languages == ["ko", "en"]
+    assert tokenizer.pieces([tokenizer.language_id("ko"), tokenizer.language_id("en")]) == ["<2ko>", "<2en>"]
+    with pytest.raises(ValueError, match="'fr'.*ko, en"):
+        tokenizer.language_id("fr")
+
+
+def test_tag_typed_in_the_text_is_plain_text(tokenizer):
+    """Only source_ids may insert a tag: user text must not be able to choose the target language."""
+    ids = tokenizer.encode("<2ko> hello")
+    assert not {tokenizer.language_id("ko"), tokenizer.language_id("en")} & set(ids)
+    assert tokenizer.decode(ids) == "<2ko> hello"
+
+
+def test_source_and_target_sequences(tokenizer):
+    text_ids = tokenizer.encode("나는 학생입니다.")
+    assert tokenizer.source_ids("나는 학생입니다.", "en") == [tokenizer.language_id("en"), *text_ids, tokenizer.eos_id]
+    assert tokenizer.target_ids("나는 학생입니다.") == [tokenizer.bos_id, *text_ids, tokenizer.eos_id]
+
+
+def test_max_tokens_truncates_but_keeps_tag_and_eos(tokenizer):
+    source = tokenizer.source_ids("오늘은 날씨가 좋습니다. " * 5, "en", max_tokens=6)
+    target = tokenizer.target_ids("The weather is nice today. " * 5, max_tokens=6)
+    assert len(source) == len(target) == 6
+    assert (source[0], source[-1]) == (tokenizer.language_id("en"), tokenizer.eos_id)
+    assert (target[0], target[-1]) == (tokenizer.bos_id, tokenizer.eos_id)
+
+
+def test_decode_drops_bos_eos_and_padding(tokenizer):
+    ids = tokenizer.target_ids("I am a student.") + [tokenizer.pad_id] * 3
+    assert tokenizer.decode(ids) == "I am a student."
+
+
+def test_save_load_round_trip(tokenizer, tmp_path):
+    tokenizer.save(tmp_path / "spm.model")
+    loaded = Tokenizer.load(tmp_path / "spm.model")
+    text = "그녀는 선생님입니다. She is a teacher. 😀"
+    assert loaded.vocab_size == tokenizer.vocab_size
+    assert loaded.languages == tokenizer.languages
+    assert loaded.source_ids(text, "ko") == tokenizer.source_ids(text, "ko")
+    assert loaded.decode(loaded.encode(text)) == text

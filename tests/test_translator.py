@@ -1,0 +1,96 @@
+"""Translator: texts in, translations out, with sentence splitting, batching, n-best and attention."""
+
+import pytest
+import torch
+from fixture_model import fixture_pairs
+
+import nmt.translator
+from nmt.search import SearchOptions
+from nmt.translator import Translator, UnsupportedLanguagePair, resolve_device
+
+PAIRS = fixture_pairs()
+KOREAN, ENGLISH = [ko for ko, _ in PAIRS], [en for _, en in PAIRS]
+
+
+@pytest.mark.parametrize("source_lang, target_lang, sources, targets", [("ko", "en", KOREAN, ENGLISH), ("en", "ko", ENGLISH, KOREAN)])
+def test_translates_the_training_pairs(fixture_translator, source_lang, target_lang, sources, targets):
+    translations = fixture_translator.translate(sources, source_lang, target_lang)
+    assert [t.text for t in translations] == targets
+
+
+def test_multi_sentence_text_is_split_and_joined(fixture_translator):
+    [translation] = fixture_translator.translate([" ".join(KOREAN[:3])], "ko", "en")
+    assert translation.text == " ".join(ENGLISH[:3])
+
+
+def test_empty_texts_give_empty_translations_in_place(fixture_translator):
+    translations = fixture_translator.translate(["", KOREAN[0], "   ", KOREAN[1]], "ko", "en", SearchOptions(nbest=2))
+    assert [t.text for t in translations] == ["", ENGLISH[0], "", ENGLISH[1]]
+    assert [c.text for c in translations[0].candidates] == ["", ""]
+    assert fixture_translator.translate([], "ko", "en") == []
+
+
+@pytest.mark.parametrize("source_lang, target_lang", [("ko", "fr"), ("ko", "ko"), ("ja", "en")])
+def test_unsupported_language_pair_is_refused(fixture_translator, source_lang, target_lang):
+    with pytest.raises(UnsupportedLanguagePair, match=f"{source_lang}->{target_lang} is not served.*ko->en, en->ko"):
+        fixture_translator.translate([KOREAN[0]], source_lang, target_lang)
+
+
+def test_nbest_candidates_are_sorted_and_led_by_the_translation(fixture_translator):
+    [translation] = fixture_translator.translate([KOREAN[4]], "ko", "en", SearchOptions(beam_size=4, nbest=3))
+    assert translation.candidates[0].text == translation.text == ENGLISH[4]
+    scores = [c.score for c in translation.candidates]
+    assert len(scores) == 3 and scores == sorted(scores, reverse=True)
+
+
+@pytest.mark.parametrize("beam_size", [1, 4])
+def test_attention_rows_are_target_tokens_and_columns_source_tokens(fixture_translator, beam_size):
+    text = f"{KOREAN[0]} {KOREAN[1]}"  # two sentences: block-diagonal attention
+    options = SearchOptions(beam_size=beam_size, return_attention=True)
+    [translation] = fixture_translator.translate([text], "ko", "en", options)
+    attention = translation.attention
+    tokenizer = fixture_translator.tokenizer
+    first_source = tokenizer.pieces(tokenizer.source_ids(KOREAN[0], "en"))
+    first_target = tokenizer.pieces(tokenizer.encode(ENGLISH[0])) + ["</s>"]
+
+    assert attention.source_tokens[: len(first_source)] == first_source
+    assert attention.target_tokens[: len(first_target)] == first_target
+    assert attention.source_tokens.count("<2en>") == 2 and attention.target_tokens.count("</s>") == 2
+    weights = torch.tensor(attention.weights)
+    assert weights.shape == (len(attention.target_tokens), len(attention.source_tokens))
+    torch.testing.assert_close(weights.sum(dim=1), torch.ones(len(weights)))
+    assert torch.all(weights[: len(first_target), len(first_source) :] == 0)
+    assert torch.all(weights[len(first_target) :, : len(first_source)] == 0)
+
+
+def test_batch_size_does_not_change_results(fixture_translator, monkeypatch):
+    """One sentence per batch and everything in one batch give the same translations and scores."""
+    texts = [f"{KOREAN[i]} {KOREAN[i + 1]}" for i in range(0, 12, 3)] + KOREAN[20:26]
+    options = SearchOptions(beam_size=3, nbest=2)
+    searches: list[int] = []
+    original_search = nmt.translator.search
+
+    def counting_search(model, source, *args):
+        searches.append(source.size(0))
+        return original_search(model, source, *args)
+
+    monkeypatch.setattr(nmt.translator, "search", counting_search)
+    results = {}
+    for budget in (1, 100_000):
+        translator = Translator(fixture_translator.model, fixture_translator.tokenizer, fixture_translator.metadata, max_batch_tokens=budget)
+        searches.clear()
+        results[budget] = translator.translate(texts, "ko", "en", options)
+        assert searches == ([1] * 14 if budget == 1 else [14])
+    small, large = results[1], results[100_000]
+    assert [t.text for t in small] == [t.text for t in large]
+    for a, b in zip(small, large):
+        assert [c.text for c in a.candidates] == [c.text for c in b.candidates]
+        assert [c.score for c in a.candidates] == pytest.approx([c.score for c in b.candidates], abs=1e-5)
+
+
+def test_resolve_device():
+    assert resolve_device("cpu") == torch.device("cpu")
+    assert resolve_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="no CUDA device"):
+            resolve_device("cuda")
