@@ -38,15 +38,20 @@ class ModelConfig:
 
 
 class SinusoidalPositions(nn.Module):
-    """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d))."""
+    """PE(pos, i) = sin(pos / 10000^(2i/d)) and PE(pos, d/2 + i) = cos(pos / 10000^(2i/d)), for i < d/2.
+
+    The paper interleaves sines and cosines; we store the sines first and the cosines after (the tensor2tensor
+    layout, a fixed permutation of the same features), which is what Marian and Pegasus use, so our weights
+    export to those Hugging Face classes unchanged.
+    """
 
     def __init__(self, d_model: int, max_positions: int):
         super().__init__()
         position = torch.arange(max_positions).unsqueeze(1)
         frequency = torch.exp(torch.arange(0, d_model, 2) * (-math.log(10000.0) / d_model))
         table = torch.zeros(max_positions, d_model)
-        table[:, 0::2] = torch.sin(position * frequency)
-        table[:, 1::2] = torch.cos(position * frequency)
+        table[:, : d_model // 2] = torch.sin(position * frequency)
+        table[:, d_model // 2 :] = torch.cos(position * frequency)
         self.register_buffer("table", table, persistent=False)
 
     def forward(self, length: int, start: int = 0) -> Tensor:

@@ -7,6 +7,7 @@ N-th batch, rank 0 evaluates and writes checkpoints, and the decision to stop is
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import math
 import time
 from collections import defaultdict
@@ -282,7 +283,21 @@ class Trainer:
                 progress.epoch += 1
                 progress.batch_in_epoch = 0
         bar.close()
+        if self.distributed.world_size > 1:
+            self.check_replicas_agree()
         return progress
+
+    def check_replicas_agree(self) -> None:
+        """Every DDP rank must end with bit-identical weights; a mismatch means the replicas diverged."""
+        digest = hashlib.sha256()
+        for tensor in self.model.state_dict().values():
+            digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+        digests: list[str | None] = [None] * self.distributed.world_size
+        dist.all_gather_object(digests, digest.hexdigest())
+        if len(set(digests)) != 1:
+            raise RuntimeError(f"DDP replicas diverged: weight digests {digests}")
+        if self.distributed.is_main:
+            print(f"all {self.distributed.world_size} replicas hold identical weights ({digests[0][:12]})", flush=True)
 
     def evaluate_and_decide(self, log: MetricsLog | None) -> bool:
         """Rank 0 evaluates, saves and decides whether to stop early; every rank learns the decision."""
