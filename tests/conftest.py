@@ -3,10 +3,13 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# The test models are tiny: one thread is as fast as two and leaves the other core to whatever runs beside.
+torch.set_num_threads(1)
 
 from fixture_model import write_fixture_model  # noqa: E402
 

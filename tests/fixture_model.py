@@ -50,7 +50,7 @@ def train_fixture_tokenizer() -> Tokenizer:
     return Tokenizer.train(texts, TokenizerConfig(vocab_size=600))
 
 
-def train_fixture_model(tokenizer: Tokenizer, steps: int = 400, seed: int = 0, **overrides) -> Transformer:
+def train_fixture_model(tokenizer: Tokenizer, steps: int = 600, seed: int = 0, **overrides) -> Transformer:
     """Full-batch Adam on the fixture corpus until it is memorised."""
     torch.manual_seed(seed)
     model = Transformer(tiny_config(tokenizer.vocab_size, **overrides))
