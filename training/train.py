@@ -20,6 +20,7 @@ from datasets import load_from_disk
 
 from nmt.model import ModelConfig, Transformer
 from nmt.tokenizer import Tokenizer
+from training.memory import limit_kernel_cache
 from training.recipe import load_recipe
 from training.trainer import DevPair, Distributed, Trainer, TrainingConfig
 
@@ -57,6 +58,7 @@ def read_dev_pairs(path: Path) -> list[DevPair]:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    limit_kernel_cache()
     recipe = load_recipe(args.config)
     overrides = {k: v for k, v in {"max_steps": args.max_steps, "max_minutes": args.max_minutes}.items() if v is not None}
     config = TrainingConfig(**{**recipe.training, **overrides, **({"progress_bar": False} if args.no_progress_bar else {})})

@@ -28,6 +28,7 @@ from nmt.tokenizer import Tokenizer
 from nmt.translator import Translator
 from training.batching import pad_batch, shard, token_batches
 from training.evaluate import score
+from training.memory import release_free_memory
 from training.metrics import MetricsLog, plot_curves
 from training.optim import build_optimizer
 from training.state import Progress, checkpoint_dirs, clear_staging, export_model, restore_checkpoint, save_checkpoint
@@ -271,6 +272,7 @@ class Trainer:
                               "tokens_per_s": window_tokens / elapsed, "seconds": round(progress.train_seconds, 1)}
                     bar.set_postfix(loss=f"{stats['loss']:.3f}", tok_s=f"{record['tokens_per_s']:.0f}", lr=f"{lr:.2e}")
                     window_tokens, window_start = 0, time.monotonic()
+                    release_free_memory()
                     if log:
                         log.write(record)
                 out_of_time = time.monotonic() - started > budget
