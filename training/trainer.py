@@ -305,7 +305,10 @@ class Trainer:
         """Rank 0 evaluates, saves and decides whether to stop early; every rank learns the decision."""
         decision = [False]
         if self.distributed.is_main:
-            record = self.evaluate()
+            # Evaluation must leave the training's random stream untouched (some kernels draw from it when
+            # first used), or a run that stopped and evaluated at step N would resume differently.
+            with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
+                record = self.evaluate()
             decision[0] = self.after_evaluation(record)
             record["best_step"] = self.progress.best_step
             log.write(record)
