@@ -89,3 +89,19 @@ def test_torchrun_two_processes_agree(prepared, tmp_path):
     assert "all 2 replicas hold identical weights" in result.stdout
     assert "stopped at step 12" in result.stdout
     assert (run_dir / "checkpoints" / "step-00000012" / "model.safetensors").is_file()
+
+
+def test_sigterm_stops_with_a_checkpoint(prepared, tmp_path):
+    run_dir = fresh_copy(prepared, tmp_path / "sigterm")
+    process = subprocess.Popen([sys.executable, *train_command(run_dir, "--max-steps", "100000")], cwd=ROOT,
+                               env=environment(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 240
+    while not (run_dir / "metrics.jsonl").exists() or not (run_dir / "metrics.jsonl").read_text():
+        assert process.poll() is None and time.monotonic() < deadline, "training never logged a step"
+        time.sleep(0.05)
+    process.send_signal(signal.SIGTERM)
+    output, _ = process.communicate(timeout=240)
+    assert process.returncode == 0, output
+    assert "SIGTERM: finishing this step" in output
+    stopped_at = int(output.split("stopped at step ")[1].split()[0])
+    assert (run_dir / "checkpoints" / f"step-{stopped_at:08d}" / "training_state.pt").is_file()

@@ -9,6 +9,8 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import math
+import signal
+import threading
 import time
 from collections import defaultdict
 from collections.abc import Sequence
@@ -243,8 +245,25 @@ class Trainer:
 
     # ---- the loop ----------------------------------------------------------------------------------------
 
+    def interrupted(self) -> bool:
+        """Whether SIGTERM/SIGINT arrived (on any rank: the ranks must stop at the same step)."""
+        if self.distributed.world_size == 1:
+            return self.stop_requested
+        flag = torch.tensor([float(self.stop_requested)], device=self.device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return bool(flag.item())
+
+    def request_stop(self, signum: int, frame) -> None:
+        tqdm.write(f"{signal.Signals(signum).name}: finishing this step, then evaluating and saving a checkpoint")
+        self.stop_requested = True
+
     def fit(self) -> Progress:
+        """Train until max_steps, max_epochs, max_minutes, early stopping or SIGTERM/SIGINT; always ends on a checkpoint."""
         config, progress, main = self.config, self.progress, self.distributed.is_main
+        self.stop_requested = False
+        if threading.current_thread() is threading.main_thread():
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(signum, self.request_stop)
         log = MetricsLog(self.run_dir / "metrics.jsonl", progress.step) if main else None
         started, budget = time.monotonic(), (config.max_minutes or math.inf) * 60
         start_seconds = progress.train_seconds
@@ -276,7 +295,7 @@ class Trainer:
                     if log:
                         log.write(record)
                 out_of_time = time.monotonic() - started > budget
-                stop = progress.step >= config.max_steps or out_of_time
+                stop = progress.step >= config.max_steps or out_of_time or self.interrupted()
                 if progress.step % config.eval_every == 0 or stop:
                     stop = self.evaluate_and_decide(log) or stop
                 elif progress.step % config.save_every == 0:
