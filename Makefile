@@ -9,12 +9,13 @@ MODEL    ?= models/default
 NPROC    ?= 1
 HOST     ?= 127.0.0.1
 PORT     ?= 50051
+BENCH_THREADS ?= 2
 TEXT     ?= 나는 학생입니다
 SRC      ?= ko
 TGT      ?= en
 export DATA_DIR HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1
 
-.PHONY: help install proto test data train eval average serve translate plot-attention bench clean
+.PHONY: help install proto test data train eval average serve translate plot-attention bench bench-decode bench-serve bench-train bench-profile clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -58,6 +59,24 @@ translate: install  ## translate TEXT through the running server
 
 plot-attention: install  ## PNG heatmap of the cross-attention for TEXT
 	$(PY) -m nmt.plot_attention --model $(MODEL) --source-lang $(SRC) --target-lang $(TGT) --text "$(TEXT)" --out attention.png
+
+$(VENV)/.bench-installed: $(VENV)/.installed pyproject.toml
+	$(PY) -m pip install -q -e '.[test,bench]' torch==2.13.0
+	touch $@
+
+bench: bench-decode bench-serve bench-train  ## all three benchmarks; results in .bench/, write-up in BENCHMARKS.md
+
+bench-decode: install $(VENV)/.bench-installed  ## beam-4 decoding of $(MODEL): ours fp32/int8/bf16 vs HF generate and CTranslate2
+	$(PY) -m bench.decode --model $(MODEL) --dev $(RUN_DIR)/data/dev.jsonl --threads $(BENCH_THREADS)
+
+bench-serve: install  ## the gRPC server under 1, 8 and 32 concurrent clients, batching on and off
+	$(PY) -m bench.serve --model $(MODEL) --dev $(RUN_DIR)/data/dev.jsonl --threads $(BENCH_THREADS)
+
+bench-train: install  ## training-step tokens/s of $(CONFIG) and its FLOP/s against a measured matmul peak
+	$(PY) -m bench.train --config $(CONFIG) --run-dir $(RUN_DIR) --threads $(BENCH_THREADS)
+
+bench-profile: install  ## where our decoding time goes (torch.profiler), batch 1 and 32
+	$(PY) -m bench.profile --model $(MODEL) --dev $(RUN_DIR)/data/dev.jsonl --threads $(BENCH_THREADS)
 
 clean:  ## remove generated stubs and caches (keeps .venv and runs/)
 	rm -rf serving/generated .pytest_cache

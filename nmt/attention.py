@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -27,21 +26,51 @@ def scaled_dot_product_attention(
     return F.dropout(weights, dropout) @ v, weights
 
 
-@dataclass
 class KeyValueCache:
-    """Keys and values of one attention layer, shaped (batch, heads, length, head_dim)."""
+    """Keys and values of one attention layer, seen as (batch, heads, length, head_dim).
 
-    keys: Tensor
-    values: Tensor
+    Incremental decoding appends one position per step and reorders rows after every beam-search step. The
+    tensors live time-major, (length, batch, heads, head_dim), in buffers with room to grow: appending writes
+    one slice instead of copying the whole cache, and reordering copies only the filled part.
+    """
+
+    def __init__(self, keys: Tensor, values: Tensor):
+        self._keys, self._values = keys.permute(2, 0, 1, 3), values.permute(2, 0, 1, 3)  # views: no copy
+        self.length = keys.size(2)
+
+    @property
+    def keys(self) -> Tensor:
+        return self._keys[: self.length].permute(1, 2, 0, 3)
+
+    @property
+    def values(self) -> Tensor:
+        return self._values[: self.length].permute(1, 2, 0, 3)
 
     def append(self, keys: Tensor, values: Tensor) -> None:
-        self.keys = torch.cat([self.keys, keys], dim=2)
-        self.values = torch.cat([self.values, values], dim=2)
+        """Add positions at the end; an empty cache takes whatever rows come first."""
+        end = self.length + keys.size(2)
+        if end > self._keys.size(0) or self.length == 0:
+            self._grow(keys, capacity=max(end, 2 * self._keys.size(0), 16))
+        self._keys[self.length : end] = keys.permute(2, 0, 1, 3)
+        self._values[self.length : end] = values.permute(2, 0, 1, 3)
+        self.length = end
+
+    def _grow(self, like: Tensor, capacity: int) -> None:
+        batch, heads, _, head_dim = like.shape
+        for name in ("_keys", "_values"):
+            buffer = like.new_empty(capacity, batch, heads, head_dim)
+            if self.length:
+                buffer[: self.length] = getattr(self, name)[: self.length]
+            setattr(self, name, buffer)
 
     def select(self, rows: Tensor) -> None:
         """Keep (and reorder) batch rows, e.g. after beam search picks which hypotheses survive."""
-        self.keys = self.keys.index_select(0, rows)
-        self.values = self.values.index_select(0, rows)
+        for name in ("_keys", "_values"):
+            old = getattr(self, name)
+            new = old.new_empty(old.size(0), rows.numel(), *old.shape[2:])
+            if self.length:  # nothing to copy (or bounds-check) in an empty cache
+                torch.index_select(old[: self.length], 1, rows, out=new[: self.length])
+            setattr(self, name, new)
 
 
 class MultiHeadAttention(nn.Module):
@@ -56,6 +85,21 @@ class MultiHeadAttention(nn.Module):
         self.k_proj = nn.Linear(d_model, d_model)
         self.v_proj = nn.Linear(d_model, d_model)
         self.out_proj = nn.Linear(d_model, d_model)
+        self.qkv_proj: nn.Linear | None = None  # see fuse_projections
+
+    def fuse_projections(self) -> None:
+        """Project queries, keys and values with one (d → 3d) product instead of three, for decoding.
+
+        Only for self-attention (all three come from the same input) in a decode-only model: the separate
+        projections are removed, so the parameter names no longer match a checkpoint's.
+        """
+        q, k, v = self.q_proj, self.k_proj, self.v_proj
+        # skip_init: no random initialisation, which would advance the RNG a training run relies on
+        self.qkv_proj = nn.utils.skip_init(nn.Linear, q.in_features, 3 * q.out_features, device=q.weight.device)
+        with torch.no_grad():
+            self.qkv_proj.weight.copy_(torch.cat([q.weight, k.weight, v.weight]))
+            self.qkv_proj.bias.copy_(torch.cat([q.bias, k.bias, v.bias]))
+        del self.q_proj, self.k_proj, self.v_proj
 
     def split_heads(self, x: Tensor) -> Tensor:
         batch, length, _ = x.shape
@@ -76,19 +120,28 @@ class MultiHeadAttention(nn.Module):
         """Attend from ``query`` (B, Tq, d) to ``source`` (B, Ts, d).
 
         Incremental decoding passes a ``cache``: for self-attention the new keys/values are appended to it;
-        for cross-attention (``static_source``) it already holds the encoder's projected keys/values.
+        for cross-attention (``static_source``) it already holds the encoder's projected keys/values. That
+        cache may hold one row per group of consecutive query rows (the beams of one sentence): the group's
+        queries then attend as one longer query sequence, so the encoder side is stored and read once.
         Returns the output and, if asked, the head-averaged weights (B, Tq, Ts).
         """
-        q = self.split_heads(self.q_proj(query))
+        rows, length, _ = query.shape
         if static_source:
             k, v = cache.keys, cache.values
+            query = query.reshape(k.size(0), -1, query.size(-1))  # a no-op unless rows share a cache row
+            q = self.split_heads(self.q_proj(query))
+        elif self.qkv_proj is not None:
+            if source is not None:
+                raise ValueError("a module with fused projections only does self-attention")
+            q, k, v = (self.split_heads(x) for x in self.qkv_proj(query).chunk(3, dim=-1))
         else:
+            q = self.split_heads(self.q_proj(query))
             kv = self.project_keys_values(query if source is None else source)
-            if cache is not None:
-                cache.append(kv.keys, kv.values)
-                kv = cache
             k, v = kv.keys, kv.values
+        if cache is not None and not static_source:
+            cache.append(k, v)
+            k, v = cache.keys, cache.values
         dropout = self.dropout if self.training else 0.0
         out, weights = scaled_dot_product_attention(q, k, v, mask, dropout, need_weights)
-        out = out.transpose(1, 2).reshape(query.shape)
-        return self.out_proj(out), None if weights is None else weights.mean(dim=1)
+        out = out.transpose(1, 2).reshape(rows, length, -1)
+        return self.out_proj(out), None if weights is None else weights.mean(dim=1).reshape(rows, length, -1)

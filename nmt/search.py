@@ -3,7 +3,8 @@
 Beam search keeps ``beam_size`` live hypotheses per sentence in one (sentences × beams) batch, reuses the
 decoder's key/value cache (reordered with one ``index_select`` per step), moves a hypothesis to the
 sentence's finished list when it emits EOS, and drops a sentence from the batch once it has ``beam_size``
-finished hypotheses, so the batch shrinks as sentences complete.
+finished hypotheses, so the batch shrinks as sentences complete. The beams of a sentence share one copy of
+its encoder keys and values.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from nmt.model import Transformer
+from nmt.model import DecoderCache, Transformer
 
 
 @dataclass
@@ -68,15 +69,63 @@ def length_normalise(log_prob: float, length: int, alpha: float) -> float:
     return log_prob / (length**alpha)
 
 
+def top_k(values: Tensor, k: int, block: int = 64) -> tuple[Tensor, Tensor]:
+    """``values.topk(k, dim=-1)`` of a (rows × vocabulary) matrix, found through per-block maxima.
+
+    PyTorch's CPU ``topk`` over a long row is slow (20× a vectorised maximum over the same row, measured in
+    BENCHMARKS.md), while a maximum over blocks of 64 entries is fast: the k blocks with the largest maxima hold the k largest entries, so ``topk`` then only runs
+    over k·64 of them. Values are exact; among equal values the indices may differ from ``topk``'s.
+    """
+    rows, width = values.shape
+    if width % block or width < 4 * k * block:
+        return values.topk(k, dim=-1)
+    per_row = width // block
+    best_blocks = values.view(rows, per_row, block).amax(dim=-1).topk(k, dim=-1).indices  # (rows, k)
+    flat_blocks = best_blocks + torch.arange(rows, device=values.device)[:, None] * per_row
+    candidates = values.view(rows * per_row, block).index_select(0, flat_blocks.view(-1)).view(rows, k * block)
+    top, position = candidates.topk(k, dim=-1)
+    return top, best_blocks.gather(1, position // block) * block + position % block
+
+
+def best_next_tokens(
+    logits: Tensor, k: int, prefixes: Tensor, at_limit: Tensor, options: SearchOptions, special: tuple[int, int, int]
+) -> tuple[Tensor, Tensor]:
+    """Each row's ``k`` most probable allowed next tokens (rows × k) and their log-probabilities.
+
+    PAD and BOS are never predicted, nor tokens that would repeat a banned n-gram; a row at its length limit
+    may only end.
+    """
+    pad_id, bos_id, eos_id = special
+    log_probs = logits.float().log_softmax(dim=-1)
+    log_probs[:, pad_id] = float("-inf")
+    log_probs[:, bos_id] = float("-inf")
+    if options.no_repeat_ngram_size:
+        log_probs.masked_fill_(banned_ngram_mask(prefixes[:, 1:], options.no_repeat_ngram_size, log_probs.size(-1)), float("-inf"))
+    if bool(at_limit.any()):
+        not_eos = torch.arange(log_probs.size(-1), device=log_probs.device) != eos_id
+        log_probs.masked_fill_(at_limit[:, None] & not_eos, float("-inf"))
+    return top_k(log_probs, k)
+
+
+def drop_sources(cache: DecoderCache, kept: Tensor) -> None:
+    """Forget the encoder side of sentences that left the batch; ``kept`` indexes the remaining ones.
+
+    Beam search keeps one encoder-side cache row per sentence (not per hypothesis), so this selection is by
+    sentence, while ``cache.select`` reorders the hypotheses' self-attention caches.
+    """
+    for layer in cache.layers:
+        layer.cross_attn.select(kept)
+    cache.memory_mask = cache.memory_mask.index_select(0, kept)
+
+
 @torch.inference_mode()
 def beam_search(model: Transformer, source: Tensor, bos_id: int, eos_id: int, options: SearchOptions) -> list[list[Hypothesis]]:
     """Translate a padded batch of source ids (B, S); returns each sentence's n-best, best first."""
     model.eval()
     pad_id, beam, device = model.config.pad_id, options.beam_size, source.device
-    sentences = source.size(0)
+    sentences, width = source.size(0), 2 * beam  # 2·beam candidates: enough to refill the beam after EOS
     memory, memory_mask = model.encode(source)
-    rows = torch.arange(sentences, device=device).repeat_interleave(beam)
-    cache = model.start_cache(memory.index_select(0, rows), memory_mask.index_select(0, rows))
+    cache = model.start_cache(memory, memory_mask)  # one encoder-side row per sentence, read by all its beams
     max_lengths = max_target_lengths(source, pad_id, options, model.config.max_positions)
 
     active = torch.arange(sentences, device=device)  # original index of each sentence still searching
@@ -88,23 +137,16 @@ def beam_search(model: Transformer, source: Tensor, bos_id: int, eos_id: int, op
 
     for step in range(int(max_lengths.max())):
         logits, step_attention = model.decode_step(prefixes[:, -1], cache, need_weights=options.return_attention)
-        log_probs = logits.float().log_softmax(dim=-1)
-        vocab = log_probs.size(-1)
-        log_probs[:, pad_id] = float("-inf")
-        log_probs[:, bos_id] = float("-inf")
-        if options.no_repeat_ngram_size:
-            log_probs.masked_fill_(banned_ngram_mask(prefixes[:, 1:], options.no_repeat_ngram_size, vocab), float("-inf"))
         at_limit = (max_lengths[active] <= step + 1).repeat_interleave(beam)
-        log_probs[at_limit] = log_probs[at_limit].masked_fill(
-            torch.arange(vocab, device=device) != eos_id, float("-inf")
-        )
+        # A sentence's best `width` continuations are among the best `width` of each of its beams.
+        row_log_probs, row_tokens = best_next_tokens(logits, width, prefixes, at_limit, options, (pad_id, bos_id, eos_id))
         if step_attention is not None:
             step_attention = step_attention[:, None].float()
             attention = step_attention if attention is None else torch.cat([attention, step_attention], dim=1)
 
-        candidates = (scores.view(-1, 1) + log_probs).view(len(active), beam * vocab)
-        top_scores, top_index = candidates.topk(2 * beam, dim=1)
-        origin, token = top_index // vocab, top_index % vocab
+        candidates = (scores.view(-1, 1) + row_log_probs).view(len(active), beam * width)
+        top_scores, top_index = candidates.topk(width, dim=1)
+        origin, token = top_index // width, row_tokens.view(len(active), beam * width).gather(1, top_index)
         origin_row = origin + torch.arange(len(active), device=device)[:, None] * beam
         ends = (token == eos_id) & (top_scores > float("-inf"))
 
@@ -123,7 +165,7 @@ def beam_search(model: Transformer, source: Tensor, bos_id: int, eos_id: int, op
             break
 
         # The best `beam` non-EOS candidates live on: sort EOS ones behind, keep rank order otherwise.
-        order = (ends.long() * 2 * beam + torch.arange(2 * beam, device=device)).argsort(dim=1)[:, :beam]
+        order = (ends.long() * width + torch.arange(width, device=device)).argsort(dim=1)[:, :beam]
         keep = ~done
         next_scores = top_scores.gather(1, order)[keep]
         next_rows = origin_row.gather(1, order)[keep].view(-1)
@@ -132,11 +174,9 @@ def beam_search(model: Transformer, source: Tensor, bos_id: int, eos_id: int, op
         prefixes = torch.cat([prefixes.index_select(0, next_rows), next_tokens], dim=1)
         if attention is not None:
             attention = attention.index_select(0, next_rows)
+        cache.select(next_rows, sources_changed=False)
         if bool(done.any()):
-            cache.select(next_rows, sources_changed=True)
-        else:
-            # Rows stay within their sentence, whose encoder keys/values are identical across beams.
-            cache.select(next_rows, sources_changed=False)
+            drop_sources(cache, keep.nonzero().squeeze(1))
 
     return [sorted(hyps, key=lambda h: h.score, reverse=True)[: options.nbest] for hyps in finished]
 
@@ -156,15 +196,8 @@ def greedy_search(model: Transformer, source: Tensor, bos_id: int, eos_id: int, 
     steps: list[Tensor] = []
     for step in range(int(max_lengths.max())):
         logits, step_attention = model.decode_step(tokens[:, -1], cache, need_weights=options.return_attention)
-        log_probs = logits.float().log_softmax(dim=-1)
-        log_probs[:, pad_id] = float("-inf")
-        log_probs[:, bos_id] = float("-inf")
-        if options.no_repeat_ngram_size:
-            log_probs.masked_fill_(banned_ngram_mask(tokens[:, 1:], options.no_repeat_ngram_size, log_probs.size(-1)), float("-inf"))
-        at_limit = max_lengths <= step + 1
-        log_probs[at_limit, :eos_id] = float("-inf")
-        log_probs[at_limit, eos_id + 1 :] = float("-inf")
-        best_log_prob, best = log_probs.max(dim=-1)
+        top_log_prob, top_token = best_next_tokens(logits, 1, tokens, max_lengths <= step + 1, options, (pad_id, bos_id, eos_id))
+        best_log_prob, best = top_log_prob[:, 0], top_token[:, 0]
         best = torch.where(running, best, torch.full_like(best, pad_id))
         log_prob += torch.where(running, best_log_prob, torch.zeros_like(best_log_prob))
         lengths += running.long()

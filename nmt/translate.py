@@ -1,6 +1,7 @@
 """Command line: one text per line on stdin → one translation per line on stdout, same count and order.
 
     python -m nmt.translate --source-lang ko --target-lang en < input.ko > output.en
+    python -m nmt.translate --source-lang ko --target-lang en --int8 < input.ko > output.en   # quantised, faster
 """
 
 from __future__ import annotations
@@ -22,13 +23,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--length-penalty", type=float, default=1.0)
     parser.add_argument("--no-repeat-ngram-size", type=int, default=0)
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
+    precision = parser.add_mutually_exclusive_group()
+    precision.add_argument("--int8", dest="precision", action="store_const", const="int8", default="fp32",
+                           help="int8 weights (dynamic quantisation, CPU): faster, BLEU within a few tenths")
+    precision.add_argument("--bf16", dest="precision", action="store_const", const="bf16",
+                           help="bfloat16 matrix products (autocast): faster on CPUs with AVX-512-BF16/AMX and on GPUs")
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
-        translator = Translator.load(args.model, device=args.device)
+        translator = Translator.load(args.model, device=args.device, precision=args.precision)
         translator.check_pair(args.source_lang, args.target_lang)
         options = SearchOptions(
             beam_size=args.beam_size, length_penalty=args.length_penalty, no_repeat_ngram_size=args.no_repeat_ngram_size

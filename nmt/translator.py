@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -10,6 +11,7 @@ import torch
 
 from nmt.checkpoint import load_model
 from nmt.model import Transformer
+from nmt.precision import decoding_context, prepare_for_inference
 from nmt.search import Hypothesis, SearchOptions, search
 from nmt.sentences import split_sentences
 from nmt.tokenizer import Tokenizer
@@ -53,11 +55,16 @@ class Translation:
 
 
 class Translator:
-    """A loaded model with its tokenizer, ready to translate between the language pairs it was trained on."""
+    """A loaded model with its tokenizer, ready to translate between the language pairs it was trained on.
 
-    def __init__(self, model: Transformer, tokenizer: Tokenizer, metadata: dict, max_batch_tokens: int = 4096):
+    ``model`` stays the model as trained (to save, inspect or train further); decoding runs on a copy taken
+    now and prepared for ``precision``: ``fp32``, ``bf16`` or ``int8`` (see :mod:`nmt.precision`).
+    """
+
+    def __init__(self, model: Transformer, tokenizer: Tokenizer, metadata: dict, max_batch_tokens: int = 4096, precision: str = "fp32"):
         self.model, self.tokenizer, self.metadata = model, tokenizer, metadata
-        self.max_batch_tokens = max_batch_tokens
+        self.inference_model = prepare_for_inference(copy.deepcopy(model), precision)
+        self.max_batch_tokens, self.precision = max_batch_tokens, precision
         pairs = metadata.get("language_pairs") or [[s, t] for s in tokenizer.languages for t in tokenizer.languages if s != t]
         self.language_pairs: list[tuple[str, str]] = [tuple(pair) for pair in pairs]
 
@@ -100,10 +107,14 @@ class Translator:
         order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
         results: list[list[Hypothesis]] = [[] for _ in encoded]
         for batch in self._batches(order, encoded, options.beam_size):
-            source = self._pad([encoded[i] for i in batch])
-            for i, nbest in zip(batch, search(self.model, source, self.tokenizer.bos_id, self.tokenizer.eos_id, options)):
+            for i, nbest in zip(batch, self.search_ids([encoded[i] for i in batch], options)):
                 results[i] = nbest
         return results
+
+    def search_ids(self, sources: Sequence[Sequence[int]], options: SearchOptions) -> list[list[Hypothesis]]:
+        """n-best lists for one batch of encoder inputs (``<2xx> tokens </s>`` ids), decoded together."""
+        with decoding_context(self.precision, self.device):
+            return search(self.inference_model, self._pad(sources), self.tokenizer.bos_id, self.tokenizer.eos_id, options)
 
     def _batches(self, order: list[int], encoded: list[list[int]], beam_size: int) -> list[list[int]]:
         """Greedy packing of length-sorted sentences so that longest × count × beam stays within budget."""
@@ -119,10 +130,10 @@ class Translator:
             batches.append(current)
         return batches
 
-    def _pad(self, rows: list[list[int]]) -> torch.Tensor:
+    def _pad(self, rows: Sequence[Sequence[int]]) -> torch.Tensor:
         width = max(len(r) for r in rows)
         pad = self.tokenizer.pad_id
-        return torch.tensor([r + [pad] * (width - len(r)) for r in rows], dtype=torch.long, device=self.device)
+        return torch.tensor([[*r, *[pad] * (width - len(r))] for r in rows], dtype=torch.long, device=self.device)
 
     def _join(self, sentences: list[str], hypotheses: list[list[Hypothesis]], target_lang: str, options: SearchOptions) -> Translation:
         """Glue sentence translations back into one text; n-best and attention follow the sentences."""

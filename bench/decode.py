@@ -1,0 +1,268 @@
+"""Decoding benchmark: our beam search against Hugging Face ``generate`` and CTranslate2 on the same weights.
+
+    python -m bench.decode --model models/default --dev runs/release/data/dev.jsonl      (make bench-decode)
+
+Every system decodes the same length-sorted batches of the same encoder inputs (``<2xx> tokens </s>`` ids),
+beam 4, length penalty 1, the same output-length cap; each runs in a fresh process (its own peak RSS) on
+``--threads`` threads, warms up on one batch, then decodes the whole set ``--runs`` times. We report medians,
+and the BLEU of each system's output, so that speed never hides a quality loss.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+from bench.common import RESULTS_DIR, DevSet, load_dev_set, machine, markdown_table, median, peak_rss_mib, run_isolated, write_results
+
+Ids = list[int]
+DecodeFn = Callable[[Sequence[Ids]], list[Ids]]  # a batch of encoder inputs → best output ids, EOS excluded
+
+
+@dataclass(frozen=True)
+class System:
+    name: str
+    family: str  # ours | hf | ct2
+    precision: str  # fp32 | bf16 | int8
+
+
+SYSTEMS = {s.name: s for s in (
+    System("ours-fp32", "ours", "fp32"),
+    System("ours-int8", "ours", "int8"),
+    System("ours-bf16", "ours", "bf16"),
+    System("hf-fp32", "hf", "fp32"),
+    System("ct2-fp32", "ct2", "fp32"),
+    System("ct2-int8", "ct2", "int8"),
+)}
+BASELINE = "ours-fp32"
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    model_dir: Path
+    dev_path: Path
+    corpus: str = "jhe-dev"
+    source_lang: str = "ko"
+    target_lang: str = "en"
+    sentences: int = 500
+    beam_size: int = 4
+    batch_sizes: tuple[int, ...] = (1, 32)
+    runs: int = 3
+    threads: int = 2
+    systems: tuple[str, ...] = tuple(SYSTEMS)
+    export_dir: Path = RESULTS_DIR / "exports"
+    out: Path = RESULTS_DIR / "decode.json"
+
+
+@dataclass
+class Measurement:
+    """One system at one batch size: wall times of whole passes, the outputs of the last pass, memory."""
+
+    system: str
+    batch_size: int
+    seconds: list[float]
+    load_seconds: float
+    peak_rss_mib: float
+    outputs: list[Ids] = field(repr=False)
+
+
+# ---- the systems --------------------------------------------------------------------------------------------
+
+
+def output_limit(sources: Sequence[Ids], beam_size: int, pad_id: int, max_positions: int) -> int:
+    """The longest output our search allows any sentence of the batch (EOS included); others get the same cap."""
+    from nmt.search import SearchOptions, max_target_lengths
+    from training.batching import pad_batch
+
+    options = SearchOptions(beam_size=beam_size)
+    return int(max_target_lengths(pad_batch(sources, pad_id), pad_id, options, max_positions).max())
+
+
+def ours(config: DecodeConfig, precision: str) -> DecodeFn:
+    from nmt.search import SearchOptions
+    from nmt.translator import Translator
+
+    translator = Translator.load(config.model_dir, "cpu", precision=precision)
+    options = SearchOptions(beam_size=config.beam_size)
+    return lambda sources: [nbest[0].tokens for nbest in translator.search_ids(sources, options)]
+
+
+def hugging_face(config: DecodeConfig, precision: str) -> DecodeFn:
+    from transformers import AutoModelForSeq2SeqLM
+    from transformers.utils import logging
+
+    from training.batching import pad_batch
+
+    logging.set_verbosity_error()
+    model = AutoModelForSeq2SeqLM.from_pretrained(config.export_dir / "hf").eval()
+    pad, eos = model.config.pad_token_id, model.config.eos_token_id
+    limit_of = lambda sources: output_limit(sources, config.beam_size, pad, model.config.max_position_embeddings)
+
+    def decode(sources: Sequence[Ids]) -> list[Ids]:
+        source = pad_batch(sources, pad)
+        with torch.inference_mode():
+            generated = model.generate(
+                source, attention_mask=source != pad, num_beams=config.beam_size, do_sample=False, length_penalty=1.0,
+                early_stopping=True, max_new_tokens=limit_of(sources),  # early stopping: done at beam_size finished, as ours
+            )
+        return [until_eos(row[1:], eos) for row in generated.tolist()]
+
+    return decode
+
+
+def ctranslate2(config: DecodeConfig, precision: str) -> DecodeFn:
+    import ctranslate2 as ct2
+
+    from nmt.tokenizer import Tokenizer
+
+    tokenizer = Tokenizer.load(config.model_dir / "spm.model")
+    translator = ct2.Translator(str(config.export_dir / "ct2"), device="cpu", compute_type={"fp32": "float32", "int8": "int8"}[precision],
+                                intra_threads=config.threads, inter_threads=1)
+    max_positions = json.loads((config.model_dir / "config.json").read_text())["max_positions"]
+
+    def decode(sources: Sequence[Ids]) -> list[Ids]:
+        results = translator.translate_batch(
+            [tokenizer.pieces(s) for s in sources], beam_size=config.beam_size, length_penalty=1.0,
+            max_decoding_length=output_limit(sources, config.beam_size, tokenizer.pad_id, max_positions),
+        )
+        return [[tokenizer.sp.piece_to_id(p) for p in result.hypotheses[0]] for result in results]
+
+    return decode
+
+
+LOADERS: dict[str, Callable[[DecodeConfig, str], DecodeFn]] = {"ours": ours, "hf": hugging_face, "ct2": ctranslate2}
+
+
+def until_eos(ids: Ids, eos_id: int) -> Ids:
+    return ids[: ids.index(eos_id)] if eos_id in ids else ids
+
+
+# ---- measuring ----------------------------------------------------------------------------------------------
+
+
+def length_sorted_batches(sources: Sequence[Ids], batch_size: int) -> list[list[int]]:
+    """Indices of the sources, shortest first, cut into batches: every system gets the same batches."""
+    order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
+    return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+
+
+def measure(system: System, config: DecodeConfig, sources: list[Ids], batch_size: int) -> Measurement:
+    """Runs in its own process: load, warm up on one batch, decode the whole set ``runs`` times."""
+    torch.set_num_threads(config.threads)
+    started = time.perf_counter()
+    decode = LOADERS[system.family](config, system.precision)
+    load_seconds = time.perf_counter() - started
+    batches = length_sorted_batches(sources, batch_size)
+    decode([sources[i] for i in batches[len(batches) // 2]])
+    seconds, outputs = [], [[] for _ in sources]
+    for _ in range(config.runs):
+        started = time.perf_counter()
+        for batch in batches:
+            for i, output in zip(batch, decode([sources[i] for i in batch])):
+                outputs[i] = output
+        seconds.append(time.perf_counter() - started)
+    return Measurement(system.name, batch_size, seconds, load_seconds, peak_rss_mib(), outputs)
+
+
+def export_models(config: DecodeConfig) -> None:
+    """The Hugging Face export and, converted from it, the CTranslate2 model (only what the systems need)."""
+    from nmt.export import convert_hf_to_ctranslate2, export_hf
+
+    families = {SYSTEMS[name].family for name in config.systems}
+    if families & {"hf", "ct2"}:
+        export_hf(config.model_dir, config.export_dir / "hf")
+    if "ct2" in families:
+        convert_hf_to_ctranslate2(config.export_dir / "hf", config.export_dir / "ct2")
+
+
+def summarise(measurements: list[Measurement], dev: DevSet, config: DecodeConfig) -> list[dict]:
+    from nmt.tokenizer import Tokenizer
+    from training.evaluate import score
+
+    tokenizer = Tokenizer.load(config.model_dir / "spm.model")
+    rows = []
+    for m in measurements:
+        seconds = median(m.seconds)
+        tokens = sum(len(o) for o in m.outputs)
+        hypotheses = [tokenizer.decode(o) for o in m.outputs]
+        rows.append({
+            "system": m.system, "batch_size": m.batch_size, "sentences_per_s": len(m.outputs) / seconds,
+            "tokens_per_s": tokens / seconds, "target_tokens": tokens, "median_seconds": seconds, "seconds": m.seconds,
+            "load_seconds": m.load_seconds, "peak_rss_mib": m.peak_rss_mib,
+            "bleu": score(hypotheses, dev.references, dev.target_lang)["bleu"], "sample": hypotheses[:3],
+        })
+    for row in rows:
+        baseline = next((r for r in rows if r["system"] == BASELINE and r["batch_size"] == row["batch_size"]), None)
+        row["tokens_per_s_vs_ours"] = row["tokens_per_s"] / baseline["tokens_per_s"] if baseline else None
+    return rows
+
+
+def table(rows: list[dict]) -> str:
+    headers = ["system", "batch", "sentences/s", "target tokens/s", f"× {BASELINE} (tok/s)", "peak RSS MiB", "BLEU"]
+    return markdown_table(headers, [
+        [r["system"], r["batch_size"], r["sentences_per_s"], r["tokens_per_s"], r["tokens_per_s_vs_ours"], r["peak_rss_mib"], r["bleu"]]
+        for r in rows
+    ])
+
+
+def run(config: DecodeConfig) -> dict:
+    from nmt.checkpoint import load_model
+
+    dev = load_dev_set(config.dev_path, config.corpus, config.source_lang, config.target_lang, config.sentences)
+    loaded = load_model(config.model_dir)
+    limit = loaded.model.config.max_positions // 2  # what the Translator allows a source sentence
+    sources = [loaded.tokenizer.source_ids(text, config.target_lang, limit) for text in dev.sources]
+    del loaded
+    run_isolated(export_models, config)
+    measurements = []
+    for batch_size in config.batch_sizes:
+        for name in config.systems:
+            measurement = run_isolated(measure, SYSTEMS[name], config, sources, batch_size)
+            print(f"{name} batch {batch_size}: median {median(measurement.seconds):.1f}s", file=sys.stderr, flush=True)
+            measurements.append(measurement)
+    rows = summarise(measurements, dev, config)
+    settings = {k: str(v) if isinstance(v, Path) else v for k, v in asdict(config).items()}
+    return {"benchmark": "decode", "machine": machine(), "config": settings, "results": rows}
+
+
+def parse_args(argv: list[str] | None = None) -> DecodeConfig:
+    defaults = DecodeConfig(Path("models/default"), Path("runs/release/data/dev.jsonl"))
+    parser = argparse.ArgumentParser(prog="python -m bench.decode", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", type=Path, default=defaults.model_dir, help="our model directory (default: %(default)s)")
+    parser.add_argument("--dev", type=Path, default=defaults.dev_path, help="prepared dev set (default: %(default)s)")
+    parser.add_argument("--corpus", default=defaults.corpus)
+    parser.add_argument("--source-lang", default=defaults.source_lang)
+    parser.add_argument("--target-lang", default=defaults.target_lang)
+    parser.add_argument("--sentences", type=int, default=defaults.sentences)
+    parser.add_argument("--beam-size", type=int, default=defaults.beam_size)
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=list(defaults.batch_sizes))
+    parser.add_argument("--runs", type=int, default=defaults.runs, help="timed passes per system; the median is reported")
+    parser.add_argument("--threads", type=int, default=defaults.threads)
+    parser.add_argument("--systems", nargs="+", choices=list(SYSTEMS), default=list(defaults.systems))
+    parser.add_argument("--export-dir", type=Path, default=defaults.export_dir, help="where the HF and CTranslate2 exports go")
+    parser.add_argument("--out", type=Path, default=defaults.out, help="JSON result file (default: %(default)s)")
+    args = parser.parse_args(argv)
+    return DecodeConfig(
+        args.model, args.dev, args.corpus, args.source_lang, args.target_lang, args.sentences, args.beam_size,
+        tuple(args.batch_sizes), args.runs, args.threads, tuple(args.systems), args.export_dir, args.out,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    config = parse_args(argv)
+    results = run(config)
+    write_results(config.out, results)
+    print(table(results["results"]))
+    print(f"\nresults: {config.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

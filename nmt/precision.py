@@ -1,0 +1,85 @@
+"""Inference precisions: how a loaded model's Linear layers are stored and multiplied when it only decodes.
+
+* ``fp32`` (the default): the trained weights, re-packed on CPUs for oneDNN, whose kernels use AVX-512
+  where the BLAS that plain ``nn.Linear`` calls may not (MKL on AMD CPUs runs its AVX2 code: half speed).
+* ``bf16``: the same with bfloat16 weights and products (AVX-512-BF16/AMX CPUs); activations, LayerNorm,
+  softmax and scores stay fp32. On a GPU: ``torch.autocast`` around the search.
+* ``int8``: weights quantised per output channel, activations quantised on the fly (PyTorch's dynamic
+  quantisation, fbgemm kernels; CPU only).
+
+At every precision the query, key and value projections of self-attention are fused into one product.
+The output projection shares the embedding matrix in training; for inference on CPUs it gets its own copy in
+the layer's precision, while the embedding lookup keeps fp32.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+
+import torch
+from torch import Tensor, nn
+from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+
+from nmt.model import Transformer
+
+PRECISIONS = ("fp32", "bf16", "int8")
+
+
+class PackedLinear(nn.Module):
+    """``x·Wᵀ + b`` with W in oneDNN's blocked layout (fp32 or bf16); takes and returns fp32."""
+
+    def __init__(self, linear: nn.Linear, dtype: torch.dtype):
+        super().__init__()
+        self.in_features, self.out_features, self.dtype = linear.in_features, linear.out_features, dtype
+        packed = torch.ops.mkldnn._reorder_linear_weight(linear.weight.detach().to(dtype), None)
+        self.weight = nn.Parameter(packed, requires_grad=False)  # a parameter still, so parameter counts hold
+        self.bias = None if linear.bias is None else nn.Parameter(linear.bias.detach().float(), requires_grad=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return torch.ops.mkldnn._linear_pointwise(x.to(self.dtype), self.weight, self.bias, "none", [], "").to(x.dtype)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, dtype={self.dtype}"
+
+
+def check_precision(precision: str, device: torch.device) -> None:
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    if precision == "int8" and device.type != "cpu":
+        raise ValueError("int8 (dynamic quantisation) runs on the CPU only; use bf16 on a GPU")
+
+
+def prepare_for_inference(model: Transformer, precision: str = "fp32") -> Transformer:
+    """Convert ``model``, in place, into a decode-only one at ``precision``; returns it.
+
+    Its Linear layers stop being trainable ones and its parameter names change (fused projections, untied
+    output): give it a copy of a model that will still be trained or saved, as :class:`~nmt.translator.Translator` does.
+    """
+    device = model.embedding.weight.device
+    check_precision(precision, device)
+    model.eval()
+    for name, module in model.named_modules():
+        if name.endswith("self_attn"):
+            module.fuse_projections()
+    if device.type != "cpu" or (precision != "int8" and not torch.backends.mkldnn.is_available()):
+        return model  # GPUs: bf16 comes from autocast (see decoding_context)
+    if model.output is None:  # untie: the output projection gets its own copy of the embedding matrix
+        config = model.config
+        model.output = nn.utils.skip_init(nn.Linear, config.d_model, config.vocab_size, bias=False, device=device)
+        model.output.weight = nn.Parameter(model.embedding.weight.detach().clone(), requires_grad=False)
+    if precision == "int8":
+        with warnings.catch_warnings():  # the eager quantisation API announces its move to torchao
+            warnings.simplefilter("ignore")
+            return quantize_dynamic(model, {nn.Linear: per_channel_dynamic_qconfig}, inplace=True)
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+    linears = [(name, module) for name, module in model.named_modules() if isinstance(module, nn.Linear)]
+    for name, linear in linears:
+        parent_name, _, child = name.rpartition(".")
+        setattr(model.get_submodule(parent_name), child, PackedLinear(linear, dtype))
+    return model
+
+
+def decoding_context(precision: str, device: torch.device) -> contextlib.AbstractContextManager:
+    """What to decode under: bf16 autocast on a GPU; on CPUs the prepared weights carry the precision."""
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16" and device.type != "cpu")
