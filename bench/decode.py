@@ -85,7 +85,7 @@ def output_limit(sources: Sequence[Ids], beam_size: int, pad_id: int, max_positi
     return int(max_target_lengths(pad_batch(sources, pad_id), pad_id, options, max_positions).max())
 
 
-def ours(config: DecodeConfig, precision: str) -> DecodeFn:
+def ours_decoder(config: DecodeConfig, precision: str) -> DecodeFn:
     from nmt.search import SearchOptions
     from nmt.translator import Translator
 
@@ -94,7 +94,7 @@ def ours(config: DecodeConfig, precision: str) -> DecodeFn:
     return lambda sources: [nbest[0].tokens for nbest in translator.search_ids(sources, options)]
 
 
-def hugging_face(config: DecodeConfig, precision: str) -> DecodeFn:
+def hugging_face_decoder(config: DecodeConfig, precision: str) -> DecodeFn:
     from transformers import AutoModelForSeq2SeqLM
     from transformers.utils import logging
 
@@ -102,22 +102,22 @@ def hugging_face(config: DecodeConfig, precision: str) -> DecodeFn:
 
     logging.set_verbosity_error()
     model = AutoModelForSeq2SeqLM.from_pretrained(config.export_dir / "hf").eval()
-    pad, eos = model.config.pad_token_id, model.config.eos_token_id
-    limit_of = lambda sources: output_limit(sources, config.beam_size, pad, model.config.max_position_embeddings)
+    pad, eos, max_positions = model.config.pad_token_id, model.config.eos_token_id, model.config.max_position_embeddings
 
     def decode(sources: Sequence[Ids]) -> list[Ids]:
         source = pad_batch(sources, pad)
         with torch.inference_mode():
             generated = model.generate(
                 source, attention_mask=source != pad, num_beams=config.beam_size, do_sample=False, length_penalty=1.0,
-                early_stopping=True, max_new_tokens=limit_of(sources),  # early stopping: done at beam_size finished, as ours
+                early_stopping=True,  # a sentence is done once it has beam_size finished hypotheses, as in ours
+                max_new_tokens=output_limit(sources, config.beam_size, pad, max_positions),
             )
         return [until_eos(row[1:], eos) for row in generated.tolist()]
 
     return decode
 
 
-def ctranslate2(config: DecodeConfig, precision: str) -> DecodeFn:
+def ctranslate2_decoder(config: DecodeConfig, precision: str) -> DecodeFn:
     import ctranslate2 as ct2
 
     from nmt.tokenizer import Tokenizer
@@ -137,7 +137,7 @@ def ctranslate2(config: DecodeConfig, precision: str) -> DecodeFn:
     return decode
 
 
-LOADERS: dict[str, Callable[[DecodeConfig, str], DecodeFn]] = {"ours": ours, "hf": hugging_face, "ct2": ctranslate2}
+LOADERS: dict[str, Callable[[DecodeConfig, str], DecodeFn]] = {"ours": ours_decoder, "hf": hugging_face_decoder, "ct2": ctranslate2_decoder}
 
 
 def until_eos(ids: Ids, eos_id: int) -> Ids:
