@@ -6,6 +6,7 @@ DATA_DIR ?= ../shared/data
 CONFIG   ?= configs/release.yaml
 RUN_DIR  ?= runs/$(basename $(notdir $(CONFIG)))
 MODEL    ?= models/default
+RELEASE_FROM ?= $(RUN_DIR)/best
 NPROC    ?= 1
 HOST     ?= 127.0.0.1
 PORT     ?= 50051
@@ -15,7 +16,7 @@ SRC      ?= ko
 TGT      ?= en
 export DATA_DIR HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1
 
-.PHONY: help install proto test data train eval average serve translate plot-attention bench bench-decode bench-serve bench-train bench-profile clean
+.PHONY: help install proto test data train eval average release serve translate plot-attention bench bench-decode bench-serve bench-train bench-profile clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -51,6 +52,9 @@ eval: install  ## BLEU/chrF of $(MODEL) on the recipe's dev and test sets, repor
 average: install  ## average the last checkpoints of $(RUN_DIR) into $(RUN_DIR)/averaged
 	$(PY) -m training.average --run-dir $(RUN_DIR)
 
+release: install  ## publish RELEASE_FROM (default $(RUN_DIR)/best) as models/default, fp16 weights
+	$(PY) -m training.release --model $(RELEASE_FROM) --out models/default --run-dir $(RUN_DIR)
+
 serve: install  ## serve $(MODEL) over gRPC on $(HOST):$(PORT)
 	$(PY) -m serving.server --model $(MODEL) --host $(HOST) --port $(PORT)
 
@@ -69,7 +73,10 @@ bench: bench-decode bench-serve bench-train  ## all three benchmarks; results in
 bench-decode: install $(VENV)/.bench-installed  ## beam-4 decoding of $(MODEL): ours fp32/int8/bf16 vs HF generate and CTranslate2
 	$(PY) -m bench.decode --model $(MODEL) --dev $(RUN_DIR)/data/dev.jsonl --threads $(BENCH_THREADS)
 
-bench-serve: install  ## the gRPC server under 1, 8 and 32 concurrent clients, batching on and off
+bench-release: install  ## publish RELEASE_FROM (default $(RUN_DIR)/best) as models/default, fp16 weights
+	$(PY) -m training.release --model $(RELEASE_FROM) --out models/default --run-dir $(RUN_DIR)
+
+serve: install  ## the gRPC server under 1, 8 and 32 concurrent clients, batching on and off
 	$(PY) -m bench.serve --model $(MODEL) --dev $(RUN_DIR)/data/dev.jsonl --threads $(BENCH_THREADS)
 
 bench-train: install  ## training-step tokens/s of $(CONFIG) and its FLOP/s against a measured matmul peak
