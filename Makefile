@@ -73,10 +73,7 @@ bench: bench-decode bench-serve bench-train  ## all three benchmarks; results in
 bench-decode: install $(VENV)/.bench-installed  ## beam-4 decoding of $(MODEL): ours fp32/int8/bf16 vs HF generate and CTranslate2
 	$(PY) -m bench.decode --model $(MODEL) --dev $(RUN_DIR)/data/dev.jsonl --threads $(BENCH_THREADS)
 
-bench-release: install  ## publish RELEASE_FROM (default $(RUN_DIR)/best) as models/default, fp16 weights
-	$(PY) -m training.release --model $(RELEASE_FROM) --out models/default --run-dir $(RUN_DIR)
-
-serve: install  ## the gRPC server under 1, 8 and 32 concurrent clients, batching on and off
+bench-serve: install  ## the gRPC server under 1, 8 and 32 concurrent clients, batching on and off
 	$(PY) -m bench.serve --model $(MODEL) --dev $(RUN_DIR)/data/dev.jsonl --threads $(BENCH_THREADS)
 
 bench-train: install  ## training-step tokens/s of $(CONFIG) and its FLOP/s against a measured matmul peak
