@@ -268,7 +268,8 @@ class Trainer:
         started, budget = time.monotonic(), (config.max_minutes or math.inf) * 60
         start_seconds = progress.train_seconds
         bar = tqdm(total=config.max_steps, initial=progress.step, disable=not (main and config.progress_bar), unit="step", dynamic_ncols=True)
-        window_tokens, window_start = 0, time.monotonic()
+        window_tokens, window_loss, window_nll, window_labels = 0, 0.0, 0.0, 0
+        window_start = time.monotonic()
         stop = progress.step >= config.max_steps
         while not stop and progress.epoch < config.max_epochs:
             batches = shard(
@@ -283,14 +284,21 @@ class Trainer:
                 progress.batch_in_epoch += config.update_freq
                 progress.train_seconds = start_seconds + time.monotonic() - started
                 window_tokens += stats["tokens"] * self.distributed.world_size
+                window_loss += stats["loss"] * stats["tokens"]
+                window_nll += stats["nll"] * stats["tokens"]
+                window_labels += stats["tokens"]
                 lr = self.scheduler.get_last_lr()[0]
                 bar.update(1)
                 if progress.step % config.log_every == 0:
                     elapsed = time.monotonic() - window_start
-                    record = {"kind": "train", "step": progress.step, "epoch": progress.epoch, **stats, "lr": lr,
-                              "tokens_per_s": window_tokens / elapsed, "seconds": round(progress.train_seconds, 1)}
-                    bar.set_postfix(loss=f"{stats['loss']:.3f}", tok_s=f"{record['tokens_per_s']:.0f}", lr=f"{lr:.2e}")
-                    window_tokens, window_start = 0, time.monotonic()
+                    # Loss and NLL per label token over the whole logging window, not just its last batch.
+                    record = {"kind": "train", "step": progress.step, "epoch": progress.epoch,
+                              "loss": window_loss / window_labels, "nll": window_nll / window_labels,
+                              "grad_norm": stats["grad_norm"], "lr": lr, "tokens_per_s": window_tokens / elapsed,
+                              "seconds": round(progress.train_seconds, 1)}
+                    bar.set_postfix(loss=f"{record['loss']:.3f}", tok_s=f"{record['tokens_per_s']:.0f}", lr=f"{lr:.2e}")
+                    window_tokens, window_loss, window_nll, window_labels = 0, 0.0, 0.0, 0
+                    window_start = time.monotonic()
                     release_free_memory()
                     if log:
                         log.write(record)
