@@ -25,10 +25,7 @@ import argparse
 import json
 import sys
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
-
-import torch
 
 from nmt.checkpoint import CheckpointError, LoadedModel, load_model
 from nmt.model import ModelConfig

@@ -7,7 +7,7 @@ import torch
 from fixture_model import DIRECTIONS, fixture_pairs, train_fixture_model
 
 from nmt.checkpoint import load_model, save_model
-from nmt.export import export_ctranslate2, export_hf, hf_parameter_name, main
+from nmt.export import export_hf, hf_parameter_name, main
 from nmt.model import ModelConfig, Transformer
 from nmt.search import SearchOptions, greedy_search
 from nmt.tokenizer import Tokenizer
