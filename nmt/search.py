@@ -72,9 +72,10 @@ def length_normalise(log_prob: float, length: int, alpha: float) -> float:
 def top_k(values: Tensor, k: int, block: int = 64) -> tuple[Tensor, Tensor]:
     """``values.topk(k, dim=-1)`` of a (rows × vocabulary) matrix, found through per-block maxima.
 
-    PyTorch's CPU ``topk`` over a long row is slow (20× a vectorised maximum over the same row, measured in
-    BENCHMARKS.md), while a maximum over blocks of 64 entries is fast: the k blocks with the largest maxima hold the k largest entries, so ``topk`` then only runs
-    over k·64 of them. Values are exact; among equal values the indices may differ from ``topk``'s.
+    PyTorch's CPU ``topk`` over a long row is slow (16× a vectorised maximum over the same row, measured in
+    BENCHMARKS.md), while a maximum over blocks of 64 entries is fast: the k blocks with the largest maxima
+    hold the k largest entries, so ``topk`` then only runs over k·64 of them. Values are exact; among equal
+    values the indices may differ from ``topk``'s.
     """
     rows, width = values.shape
     if width % block or width < 4 * k * block:
