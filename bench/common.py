@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -116,3 +117,21 @@ def write_results(path: Path, results: dict[str, Any]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     return path
+
+
+def report(path: Path, results: dict[str, Any], table: str) -> int:
+    """The end of every benchmark command: JSON results to ``path``, the markdown table and its location printed."""
+    write_results(path, results)
+    print(table)
+    print(f"\nresults: {path}")
+    return 0
+
+
+def add_input_arguments(parser: argparse.ArgumentParser, defaults: Any) -> None:
+    """The model and dev-set flags that the decoding and serving benchmarks share; ``defaults`` is their config."""
+    parser.add_argument("--model", type=Path, default=defaults.model_dir, help="our model directory (default: %(default)s)")
+    parser.add_argument("--dev", type=Path, default=defaults.dev_path, help="prepared dev set (default: %(default)s)")
+    parser.add_argument("--corpus", default=defaults.corpus)
+    parser.add_argument("--source-lang", default=defaults.source_lang)
+    parser.add_argument("--target-lang", default=defaults.target_lang)
+    parser.add_argument("--sentences", type=int, default=defaults.sentences)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from bench.common import RESULTS_DIR, DevSet, load_dev_set, machine, markdown_table, median, peak_rss_mib, run_isolated, write_results
+from bench.common import RESULTS_DIR, add_input_arguments, DevSet, load_dev_set, machine, markdown_table, median, peak_rss_mib, report, run_isolated
 
 Ids = list[int]
 DecodeFn = Callable[[Sequence[Ids]], list[Ids]]  # a batch of encoder inputs → best output ids, EOS excluded
@@ -235,12 +235,7 @@ def run(config: DecodeConfig) -> dict:
 def parse_args(argv: list[str] | None = None) -> DecodeConfig:
     defaults = DecodeConfig(Path("models/default"), Path("runs/release/data/dev.jsonl"))
     parser = argparse.ArgumentParser(prog="python -m bench.decode", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", type=Path, default=defaults.model_dir, help="our model directory (default: %(default)s)")
-    parser.add_argument("--dev", type=Path, default=defaults.dev_path, help="prepared dev set (default: %(default)s)")
-    parser.add_argument("--corpus", default=defaults.corpus)
-    parser.add_argument("--source-lang", default=defaults.source_lang)
-    parser.add_argument("--target-lang", default=defaults.target_lang)
-    parser.add_argument("--sentences", type=int, default=defaults.sentences)
+    add_input_arguments(parser, defaults)
     parser.add_argument("--beam-size", type=int, default=defaults.beam_size)
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=list(defaults.batch_sizes))
     parser.add_argument("--runs", type=int, default=defaults.runs, help="timed passes per system; the median is reported")
@@ -258,10 +253,7 @@ def parse_args(argv: list[str] | None = None) -> DecodeConfig:
 def main(argv: list[str] | None = None) -> int:
     config = parse_args(argv)
     results = run(config)
-    write_results(config.out, results)
-    print(table(results["results"]))
-    print(f"\nresults: {config.out}")
-    return 0
+    return report(config.out, results, table(results["results"]))
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import grpc
 
-from bench.common import RESULTS_DIR, load_dev_set, machine, markdown_table, percentile, write_results
+from bench.common import RESULTS_DIR, add_input_arguments, load_dev_set, machine, markdown_table, percentile, report
 from serving.stubs import translator_pb2 as pb
 from serving.stubs import translator_pb2_grpc
 
@@ -152,12 +152,7 @@ def table(rows: list[dict]) -> str:
 def parse_args(argv: list[str] | None = None) -> ServeConfig:
     defaults = ServeConfig(Path("models/default"), Path("runs/release/data/dev.jsonl"))
     parser = argparse.ArgumentParser(prog="python -m bench.serve", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", type=Path, default=defaults.model_dir, help="model directory (default: %(default)s)")
-    parser.add_argument("--dev", type=Path, default=defaults.dev_path, help="prepared dev set (default: %(default)s)")
-    parser.add_argument("--corpus", default=defaults.corpus)
-    parser.add_argument("--source-lang", default=defaults.source_lang)
-    parser.add_argument("--target-lang", default=defaults.target_lang)
-    parser.add_argument("--sentences", type=int, default=defaults.sentences)
+    add_input_arguments(parser, defaults)
     parser.add_argument("--requests", type=int, default=defaults.requests, help="per concurrency level (default: %(default)s)")
     parser.add_argument("--clients", type=int, nargs="+", default=list(defaults.clients))
     parser.add_argument("--beam-size", type=int, default=defaults.beam_size)
@@ -171,10 +166,7 @@ def parse_args(argv: list[str] | None = None) -> ServeConfig:
 def main(argv: list[str] | None = None) -> int:
     config = parse_args(argv)
     results = run(config)
-    write_results(config.out, results)
-    print(table(results["results"]))
-    print(f"\nresults: {config.out}")
-    return 0
+    return report(config.out, results, table(results["results"]))
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from bench.common import RESULTS_DIR, machine, markdown_table, write_results
+from bench.common import RESULTS_DIR, machine, markdown_table, report
 from nmt.model import ModelConfig
 
 
@@ -141,10 +141,7 @@ def parse_args(argv: list[str] | None = None) -> TrainBenchConfig:
 def main(argv: list[str] | None = None) -> int:
     config = parse_args(argv)
     results = run(config)
-    write_results(config.out, results)
-    print(table(results["result"]))
-    print(f"\nresults: {config.out}")
-    return 0
+    return report(config.out, results, table(results["result"]))
 
 
 if __name__ == "__main__":
