@@ -10,6 +10,7 @@ RELEASE_FROM ?= $(RUN_DIR)/best
 NPROC    ?= 1
 HOST     ?= 127.0.0.1
 PORT     ?= 50051
+PRECISION ?= fp32
 BENCH_THREADS ?= 2
 TEXT     ?= 나는 학생입니다
 SRC      ?= ko
@@ -56,7 +57,7 @@ release: install  ## publish RELEASE_FROM (default $(RUN_DIR)/best) as models/de
 	$(PY) -m training.release --model $(RELEASE_FROM) --out models/default --run-dir $(RUN_DIR)
 
 serve: install  ## serve $(MODEL) over gRPC on $(HOST):$(PORT)
-	$(PY) -m serving.server --model $(MODEL) --host $(HOST) --port $(PORT)
+	$(PY) -m serving.server --model $(MODEL) --host $(HOST) --port $(PORT) --precision $(PRECISION)
 
 translate: install  ## translate TEXT through the running server
 	$(PY) -m serving.client --target $(HOST):$(PORT) --source-lang $(SRC) --target-lang $(TGT) "$(TEXT)"

@@ -2,7 +2,7 @@
 
     python -m bench.serve --model models/default --dev runs/release/data/dev.jsonl      (make bench-serve)
 
-For each batching mode a fresh server process is started (``--torch-threads``, a free port); then, for each
+For each precision and batching mode a fresh server process is started (``--torch-threads``, a free port); then, for each
 concurrency level, ``--clients`` coroutines share a fixed number of ``Translate`` requests (one dev sentence
 each, beam 4), each sending its next request as soon as its previous one is answered. We report requests/s,
 latency percentiles and errors, and each level's throughput relative to one client.
@@ -25,6 +25,7 @@ from pathlib import Path
 import grpc
 
 from bench.common import RESULTS_DIR, add_input_arguments, load_dev_set, machine, markdown_table, percentile, report
+from nmt.precision import PRECISIONS
 from serving.stubs import translator_pb2 as pb
 from serving.stubs import translator_pb2_grpc
 
@@ -43,6 +44,7 @@ class ServeConfig:
     clients: tuple[int, ...] = (1, 8, 32)
     beam_size: int = 4
     threads: int = 2  # the server's torch threads
+    precisions: tuple[str, ...] = ("fp32", "int8")  # the server's --precision, one server per value and batching mode
     warmup_requests: int = 8
     timeout_s: float = 300.0  # per request: a bound on a stuck server, not a latency target
     out: Path = RESULTS_DIR / "serve.json"
@@ -50,6 +52,7 @@ class ServeConfig:
 
 @dataclass
 class LoadResult:
+    precision: str
     batching: bool
     clients: int
     requests: int
@@ -63,12 +66,12 @@ class LoadResult:
 
 
 @contextmanager
-def running_server(config: ServeConfig, batching: bool) -> Iterator[str]:
+def running_server(config: ServeConfig, precision: str, batching: bool) -> Iterator[str]:
     """A server process on a free port; yields its address and stops it (SIGTERM, graceful) afterwards."""
     log_path = RESULTS_DIR / f"serve-{'batching' if batching else 'no-batching'}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, "-m", "serving.server", "--model", str(config.model_dir), "--port", "0",
-               "--device", "cpu", "--torch-threads", str(config.threads), *([] if batching else ["--no-batching"])]
+               "--device", "cpu", "--torch-threads", str(config.threads), "--precision", precision, *([] if batching else ["--no-batching"])]
     with log_path.open("w") as log:
         process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log)
     try:
@@ -119,19 +122,21 @@ async def generate_load(address: str, texts: list[str], config: ServeConfig, cli
 def run(config: ServeConfig) -> dict:
     dev = load_dev_set(config.dev_path, config.corpus, config.source_lang, config.target_lang, config.sentences)
     results: list[LoadResult] = []
-    for batching in (True, False):
-        with running_server(config, batching) as address:
-            asyncio.run(generate_load(address, dev.sources, config, 1, config.warmup_requests))
-            for clients in config.clients:
-                seconds, latencies, errors = asyncio.run(generate_load(address, dev.sources, config, clients, config.requests))
-                results.append(LoadResult(batching, clients, config.requests, seconds, latencies, dict(errors)))
-                print(f"batching {'on' if batching else 'off'}, {clients} clients: {results[-1].requests_per_s:.2f} requests/s",
-                      file=sys.stderr, flush=True)
+    for precision in config.precisions:
+        for batching in (True, False):
+            with running_server(config, precision, batching) as address:
+                asyncio.run(generate_load(address, dev.sources, config, 1, config.warmup_requests))
+                for clients in config.clients:
+                    seconds, latencies, errors = asyncio.run(generate_load(address, dev.sources, config, clients, config.requests))
+                    results.append(LoadResult(precision, batching, clients, config.requests, seconds, latencies, dict(errors)))
+                    print(f"{precision}, batching {'on' if batching else 'off'}, {clients} clients: "
+                          f"{results[-1].requests_per_s:.2f} requests/s", file=sys.stderr, flush=True)
     rows = []
     for result in results:
-        single = next(r for r in results if r.batching == result.batching and r.clients == min(config.clients))
+        single = next(r for r in results if (r.precision, r.batching) == (result.precision, result.batching)
+                      and r.clients == min(config.clients))
         rows.append({
-            "batching": result.batching, "clients": result.clients, "requests": result.requests, "seconds": result.seconds,
+            "precision": result.precision, "batching": result.batching, "clients": result.clients, "requests": result.requests, "seconds": result.seconds,
             "requests_per_s": result.requests_per_s, "vs_one_client": result.requests_per_s / single.requests_per_s,
             **{f"p{q}_ms": percentile(result.latencies_s, q) * 1000 for q in (50, 95, 99)},
             "errors": sum(result.errors.values()), "error_codes": result.errors,
@@ -141,9 +146,9 @@ def run(config: ServeConfig) -> dict:
 
 
 def table(rows: list[dict]) -> str:
-    headers = ["batching", "clients", "requests", "requests/s", "× 1 client", "p50 ms", "p95 ms", "p99 ms", "errors"]
+    headers = ["precision", "batching", "clients", "requests", "requests/s", "× 1 client", "p50 ms", "p95 ms", "p99 ms", "errors"]
     return markdown_table(headers, [
-        ["on" if r["batching"] else "off", r["clients"], r["requests"], r["requests_per_s"], r["vs_one_client"],
+        [r["precision"], "on" if r["batching"] else "off", r["clients"], r["requests"], r["requests_per_s"], r["vs_one_client"],
          r["p50_ms"], r["p95_ms"], r["p99_ms"], r["errors"]]
         for r in rows
     ])
@@ -157,10 +162,12 @@ def parse_args(argv: list[str] | None = None) -> ServeConfig:
     parser.add_argument("--clients", type=int, nargs="+", default=list(defaults.clients))
     parser.add_argument("--beam-size", type=int, default=defaults.beam_size)
     parser.add_argument("--threads", type=int, default=defaults.threads, help="the server's torch threads")
+    parser.add_argument("--precisions", nargs="+", choices=PRECISIONS, default=list(defaults.precisions),
+                        help="the server's --precision, one run each (default: %(default)s)")
     parser.add_argument("--out", type=Path, default=defaults.out, help="JSON result file (default: %(default)s)")
     args = parser.parse_args(argv)
     return ServeConfig(args.model, args.dev, args.corpus, args.source_lang, args.target_lang, args.sentences, args.requests,
-                       tuple(args.clients), args.beam_size, args.threads, out=args.out)
+                       tuple(args.clients), args.beam_size, args.threads, tuple(args.precisions), out=args.out)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -5,6 +5,10 @@ The worker takes the group of the oldest request once it holds ``max_batch_token
 request has waited ``max_wait_ms``, and translates the whole group in one :meth:`Translator.translate` call.
 The model masks padding, so a request's translation does not depend on its batch mates.
 
+Waiting only pays when batch mates are likely, so the oldest request waits only while traffic is concurrent:
+when the previous batch held several requests, or the request arrived while the previous batch was being
+decoded. A lone client's requests find neither and are decoded at once.
+
 Each request gets a :class:`concurrent.futures.Future`. Cancelling it (the client went away) removes the
 request from the queue at once; a request whose deadline has passed is answered with
 :class:`~serving.errors.RequestExpired` instead of being decoded.
@@ -13,6 +17,7 @@ request from the queue at once; a request whose deadline has passed is answered 
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections import deque
@@ -65,6 +70,8 @@ class Batcher:
         self._queued = 0
         self._draining = False  # decode queued requests without waiting for batch mates
         self._closed = False  # refuse new requests; the worker stops once the queue is empty
+        self._last_batch_requests = 0  # the worker's own state, for deciding whether to wait for batch mates
+        self._last_decode_end = -math.inf
         self._worker = threading.Thread(target=self._run, name="batcher", daemon=True)
 
     @property
@@ -128,9 +135,12 @@ class Batcher:
                     self._changed.wait()
                     continue
                 key, group = min(self._groups.items(), key=lambda entry: entry[1][0].arrived)
-                due = group[0].arrived + self.config.max_wait_ms / 1000
+                oldest = group[0]
+                due = oldest.arrived + self.config.max_wait_ms / 1000
                 budget_filled = sum(item.job.tokens for item in group) >= self.config.max_batch_tokens
-                if self._draining or not self.config.enabled or budget_filled or time.monotonic() >= due:
+                concurrent = self._last_batch_requests > 1 or oldest.arrived < self._last_decode_end
+                if (self._draining or not self.config.enabled or not concurrent or budget_filled
+                        or time.monotonic() >= due):
                     return self._take(key, group)
                 self._changed.wait(due - time.monotonic())
 
@@ -159,6 +169,8 @@ class Batcher:
             for item in live:
                 item.future.set_exception(error)
             return
+        finally:  # before any answer goes out, so a client's next request counts as arriving after it
+            self._last_batch_requests, self._last_decode_end = len(live), time.monotonic()
         position = 0
         for item in live:
             count = len(item.job.texts)

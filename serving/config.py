@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from nmt.precision import PRECISIONS
 from nmt.translator import DEFAULT_MODEL_DIR
 
 MIB = 1024 * 1024
@@ -47,6 +48,7 @@ class ServerConfig:
     host: str = "127.0.0.1"  # loopback unless told otherwise
     port: int = 50051  # 0 picks a free port
     device: str = "auto"
+    precision: str = "fp32"  # fp32, bf16 or int8: how the decoding copy of the model multiplies (nmt.precision)
     torch_threads: int | None = None  # None leaves torch's default
     tls_cert: Path | None = None  # PEM certificate chain; with tls_key, serve TLS only
     tls_key: Path | None = None
@@ -63,6 +65,8 @@ class ServerConfig:
     def __post_init__(self) -> None:
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ValueError("TLS needs both a certificate and a key (--tls-cert and --tls-key)")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
         if self.stream_window < 1 or self.max_concurrent_rpcs < 1:
             raise ValueError("stream_window and max_concurrent_rpcs must be at least 1")
         if self.grace_period_s < 0:

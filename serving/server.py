@@ -28,6 +28,7 @@ from grpc_health.v1.health import aio as health_aio
 from grpc_reflection.v1alpha import reflection
 
 from nmt.checkpoint import CheckpointError
+from nmt.precision import PRECISIONS
 from nmt.translator import Translation, Translator
 from serving.batcher import Batcher, Decoded, Job
 from serving.config import BatchingConfig, Limits, ServerConfig
@@ -69,6 +70,7 @@ def model_info_message(translator: Translator, limits: Limits) -> translator_pb2
         encoder_layers=config.encoder_layers,
         decoder_layers=config.decoder_layers,
         device=str(translator.device),
+        precision=translator.precision,
         limits=translator_pb2.ServingLimits(
             max_text_chars=limits.max_text_chars,
             max_text_tokens=limits.max_text_tokens,
@@ -250,7 +252,8 @@ def load_translator(config: ServerConfig) -> Translator:
         raise StartupError(f"no model at {config.model_dir}; train one (make train) "
                            "or pass --model DIR (MODEL=DIR for make serve)")
     try:
-        translator = Translator.load(config.model_dir, config.device, max_batch_tokens=config.batching.max_batch_tokens)
+        translator = Translator.load(config.model_dir, config.device, max_batch_tokens=config.batching.max_batch_tokens,
+                                     precision=config.precision)
     except (CheckpointError, ValueError) as error:
         raise StartupError(str(error)) from error
     if not translator.language_pairs:
@@ -274,6 +277,7 @@ async def serve(config: ServerConfig, translator: Translator) -> int:
     logger.info("serving", extra={"fields": {
         "address": replace(config, port=server.port).address, "port": server.port, "tls": config.tls_cert is not None,
         "metrics_port": server.metrics_port, "language_pairs": pairs, "device": str(translator.device),
+        "precision": translator.precision,
     }})
     await stop.wait()
     draining = {"grace_period_s": config.grace_period_s, "queued": server.batcher.queued}
@@ -292,6 +296,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[ServerConfig, str]:
     parser.add_argument("--host", default=defaults.host, help="address to bind (default: %(default)s, loopback only)")
     parser.add_argument("--port", type=int, default=defaults.port, help="port to bind, 0 for any free one (default: %(default)s)")
     parser.add_argument("--device", default=defaults.device, help="auto, cpu, cuda or cuda:N (default: %(default)s)")
+    parser.add_argument("--precision", choices=PRECISIONS, default=defaults.precision,
+                        help="decoding precision: int8 is fastest on CPUs, bf16 on AVX-512-BF16/AMX (default: %(default)s)")
     parser.add_argument("--torch-threads", type=int, help="CPU threads for decoding (default: torch's choice)")
     parser.add_argument("--tls-cert", type=Path, help="PEM certificate chain; with --tls-key the server speaks TLS only")
     parser.add_argument("--tls-key", type=Path, help="PEM private key of --tls-cert")
@@ -318,7 +324,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[ServerConfig, str]:
     args = parser.parse_args(argv)
     try:
         config = ServerConfig(
-            model_dir=args.model, host=args.host, port=args.port, device=args.device, torch_threads=args.torch_threads,
+            model_dir=args.model, host=args.host, port=args.port, device=args.device, precision=args.precision,
+            torch_threads=args.torch_threads,
             tls_cert=args.tls_cert, tls_key=args.tls_key, max_receive_message_bytes=args.max_message_bytes,
             grace_period_s=args.grace_period, reflection=not args.no_reflection, metrics_port=args.metrics_port,
             limits=Limits(args.max_text_chars, args.max_text_tokens, args.max_batch_texts, args.max_beam_size),

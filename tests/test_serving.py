@@ -22,7 +22,7 @@ from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoRe
 from serving import client
 from serving.config import BatchingConfig, Limits, ServerConfig
 from serving.observability import JsonFormatter
-from serving.server import StartupError, TranslationServer, load_translator
+from serving.server import StartupError, TranslationServer, load_translator, parse_args
 from serving.stubs import translator_pb2 as pb
 from serving.stubs import translator_pb2_grpc
 
@@ -163,7 +163,7 @@ def test_model_info(live, fixture_translator):
     assert (info.model_name, info.model_version) == ("fixture-tiny", "test")
     assert info.vocabulary_size == fixture_translator.tokenizer.vocab_size
     assert info.parameter_count == sum(p.numel() for p in fixture_translator.model.parameters())
-    assert info.device == "cpu"
+    assert (info.device, info.precision) == ("cpu", "fp32")
     assert info.limits.max_text_chars == Limits().max_text_chars
     assert info.limits.max_sentence_tokens == fixture_translator.max_source_tokens
 
@@ -212,7 +212,8 @@ def test_every_request_gets_a_structured_log_line(live, caplog):
         live.stub.Translate(request(KO[0]), timeout=TIMEOUT)
         _refusal(live.stub.Translate, request(""))
         wait_until(lambda: len(logged()) == 2, "both requests are logged")  # an abort answers before the log line
-    answered, refused = logged()
+    # Each line is written once its call ends, and the answered call may end after the refused one began.
+    answered, refused = sorted(logged(), key=lambda line: line["code"] != "OK")
     assert answered["method"] == "Translate" and answered["code"] == "OK"
     assert answered["texts"] == 1 and answered["tokens"] > 0 and answered["batch_requests"] >= 1
     assert answered["latency_ms"] >= 0
@@ -368,6 +369,19 @@ def test_a_port_in_use_is_a_startup_error(live, start_server):
 def test_a_missing_model_is_a_startup_error(tmp_path):
     with pytest.raises(StartupError, match=f"no model at {tmp_path / 'absent'}; train one"):
         load_translator(ServerConfig(model_dir=tmp_path / "absent"))
+
+
+def test_the_precision_flag_loads_an_int8_decoding_model(fixture_model_dir):
+    config, _ = parse_args(["--model", str(fixture_model_dir), "--device", "cpu", "--precision", "int8"])
+    translator = load_translator(config)
+    assert translator.precision == "int8"
+    assert translator.translate(["감사합니다."], "ko", "en")[0].text == "Thank you."
+
+
+def test_an_unknown_precision_is_refused(capsys):
+    with pytest.raises(SystemExit):
+        parse_args(["--precision", "fp16"])
+    assert "invalid choice: 'fp16'" in capsys.readouterr().err
 
 
 def test_a_pair_without_a_decoder_is_a_startup_error(fixture_model_dir, tmp_path):

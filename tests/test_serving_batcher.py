@@ -4,6 +4,7 @@ Jobs are queued before the worker starts, so which requests share a decode call 
 rules alone, not by how fast the test submits them.
 """
 
+import threading
 import time
 from concurrent.futures import CancelledError
 
@@ -78,9 +79,47 @@ def test_token_budget_bounds_a_batch(make_batcher):
 
 def test_a_full_budget_is_decoded_without_waiting(make_batcher):
     batcher = make_batcher(BatchingConfig(max_batch_tokens=20, max_wait_ms=3_600_000))
+    first = decode_all(batcher, [job(text, tokens=10) for text in SOURCES[:2]])  # traffic is now concurrent
+    assert [d.batch_requests for d in first] == [2, 2]
+    futures = [batcher.submit(job(text, tokens=10)) for text in SOURCES[2:]]
+    assert [f.result(timeout=60).translations[0].text for f in futures] == TARGETS[2:]
+
+
+def test_a_lone_request_is_decoded_without_waiting_for_batch_mates(make_batcher):
+    batcher = make_batcher()  # would wait a minute for batch mates
     batcher.start()
-    futures = [batcher.submit(job(text, tokens=10)) for text in SOURCES[:2]]
-    assert [f.result(timeout=60).translations[0].text for f in futures] == TARGETS[:2]
+    for text, target in zip(SOURCES, TARGETS):  # one client: each request follows the previous answer
+        decoded = batcher.submit(job(text)).result(timeout=30)
+        assert (decoded.batch_requests, decoded.translations[0].text) == (1, target)
+
+
+class GatedTranslator:
+    """Holds every decode until ``gate`` opens, so a test can queue requests behind a busy worker."""
+
+    def __init__(self, translator):
+        self.translator, self.gate, self.decoding = translator, threading.Event(), threading.Event()
+
+    def translate(self, texts, source_lang, target_lang, options):
+        self.decoding.set()
+        self.gate.wait(timeout=60)
+        return self.translator.translate(texts, source_lang, target_lang, options)
+
+
+def test_a_request_that_queued_behind_a_decode_waits_for_batch_mates(make_batcher, fixture_translator):
+    gated = GatedTranslator(fixture_translator)
+    batcher = make_batcher(PATIENT, gated)
+    batcher.start()
+    first = batcher.submit(job(SOURCES[0]))
+    assert gated.decoding.wait(timeout=30)
+    queued = batcher.submit(job(SOURCES[1]))  # arrives while the worker is busy: traffic is concurrent
+    gated.gate.set()
+    assert first.result(timeout=30).batch_requests == 1
+    time.sleep(0.2)  # were it not waiting, the queued request would be decoded alone by now
+    assert not queued.done()
+    mate = batcher.submit(job(SOURCES[2]))
+    batcher.drain()
+    assert [queued.result(timeout=30).batch_requests, mate.result(timeout=30).batch_requests] == [2, 2]
+    assert [queued.result().translations[0].text, mate.result().translations[0].text] == TARGETS[1:3]
 
 
 def test_multi_text_jobs_get_their_own_translations_back(make_batcher):
