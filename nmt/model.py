@@ -108,24 +108,26 @@ class LayerCache:
 
 @dataclass
 class DecoderCache:
-    """Per-layer caches plus the source mask; ``select`` keeps and reorders hypotheses (rows)."""
+    """Per-layer caches plus the source mask.
+
+    Self-attention rows are hypotheses; encoder-side rows (cross-attention keys/values, the mask) may be
+    fewer, one per sentence, when several hypotheses of a sentence share them (see MultiHeadAttention).
+    """
 
     layers: list[LayerCache]
     memory_mask: Tensor  # (N, 1, 1, S)
     steps: int = 0
 
-    def select(self, rows: Tensor, sources_changed: bool = True) -> None:
-        """Self-attention caches follow every reordering; the encoder side only when sentences leave.
-
-        Beams of one sentence share identical encoder keys/values, so reordering beams within a
-        sentence need not copy them (``sources_changed=False``).
-        """
+    def select_hypotheses(self, rows: Tensor) -> None:
+        """Keep and reorder the self-attention rows, e.g. after beam search picks the surviving hypotheses."""
         for layer in self.layers:
             layer.self_attn.select(rows)
-            if sources_changed:
-                layer.cross_attn.select(rows)
-        if sources_changed:
-            self.memory_mask = self.memory_mask.index_select(0, rows)
+
+    def select_sources(self, rows: Tensor) -> None:
+        """Keep and reorder the encoder-side rows, e.g. when finished sentences leave the batch."""
+        for layer in self.layers:
+            layer.cross_attn.select(rows)
+        self.memory_mask = self.memory_mask.index_select(0, rows)
 
 
 class DecoderLayer(nn.Module):

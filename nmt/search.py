@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from nmt.model import DecoderCache, Transformer
+from nmt.model import Transformer
 
 
 @dataclass
@@ -108,17 +108,6 @@ def best_next_tokens(
     return top_k(log_probs, k)
 
 
-def drop_sources(cache: DecoderCache, kept: Tensor) -> None:
-    """Forget the encoder side of sentences that left the batch; ``kept`` indexes the remaining ones.
-
-    Beam search keeps one encoder-side cache row per sentence (not per hypothesis), so this selection is by
-    sentence, while ``cache.select`` reorders the hypotheses' self-attention caches.
-    """
-    for layer in cache.layers:
-        layer.cross_attn.select(kept)
-    cache.memory_mask = cache.memory_mask.index_select(0, kept)
-
-
 @torch.inference_mode()
 def beam_search(model: Transformer, source: Tensor, bos_id: int, eos_id: int, options: SearchOptions) -> list[list[Hypothesis]]:
     """Translate a padded batch of source ids (B, S); returns each sentence's n-best, best first."""
@@ -175,9 +164,9 @@ def beam_search(model: Transformer, source: Tensor, bos_id: int, eos_id: int, op
         prefixes = torch.cat([prefixes.index_select(0, next_rows), next_tokens], dim=1)
         if attention is not None:
             attention = attention.index_select(0, next_rows)
-        cache.select(next_rows, sources_changed=False)
+        cache.select_hypotheses(next_rows)  # the encoder side is one row per sentence: only leaving sentences change it
         if bool(done.any()):
-            drop_sources(cache, keep.nonzero().squeeze(1))
+            cache.select_sources(keep.nonzero().squeeze(1))
 
     return [sorted(hyps, key=lambda h: h.score, reverse=True)[: options.nbest] for hyps in finished]
 

@@ -12,6 +12,7 @@ from nmt.model import Transformer
 from nmt.search import SearchOptions
 from nmt.translator import Translator
 from training.average import AveragingError, average_checkpoints, main
+from training.state import STATE_FILE
 
 
 def save_random_model(directory, like, seed: int, **config_overrides):
@@ -57,7 +58,7 @@ def test_cli_averages_the_last_checkpoints_of_a_run(fixture_model_dir, tmp_path)
     checkpoints = tmp_path / "run" / "checkpoints"
     for step in (100, 200, 300):
         save_random_model(checkpoints / f"step-{step:08d}", fixture_model_dir, seed=step)
-        (checkpoints / f"step-{step:08d}" / "training_state").mkdir()
+        (checkpoints / f"step-{step:08d}" / STATE_FILE).write_bytes(b"")  # what marks a checkpoint complete
     shutil.copytree(checkpoints / "step-00000300", tmp_path / "run" / "best")
 
     out = main(["--run-dir", str(tmp_path / "run"), "--last", "2"])

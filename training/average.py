@@ -10,28 +10,18 @@ of different shapes cannot be averaged, and weights over different vocabularies 
 from __future__ import annotations
 
 import argparse
-import re
 from collections.abc import Sequence
 from pathlib import Path
 
-import torch
-
 from nmt.checkpoint import CheckpointError, load_model, save_model
 from nmt.model import Transformer
+from training.state import checkpoint_dirs
 
-STEP_DIR = re.compile(r"step-(\d+)")
 DEFAULT_LAST = 5
 
 
 class AveragingError(ValueError):
     """Checkpoints that cannot be averaged together."""
-
-
-def run_checkpoints(run_dir: Path) -> list[Path]:
-    """The run's complete model directories under ``checkpoints/``, oldest (lowest step) first."""
-    folder = run_dir / "checkpoints"
-    found = [p for p in folder.iterdir() if STEP_DIR.fullmatch(p.name) and (p / "model.safetensors").is_file()] if folder.is_dir() else []
-    return sorted(found, key=lambda p: int(STEP_DIR.fullmatch(p.name).group(1)))
 
 
 def average_checkpoints(model_dirs: Sequence[str | Path], out_dir: str | Path) -> Path:
@@ -70,7 +60,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> Path:
     args = parse_args(argv)
-    checkpoints = run_checkpoints(args.run_dir)[-args.last :]
+    checkpoints = checkpoint_dirs(args.run_dir)[-args.last :]
     if not checkpoints:
         raise SystemExit(f"no checkpoints under {args.run_dir / 'checkpoints'} (expected step-NNNNNNNN/ model directories)")
     if len(checkpoints) < args.last:
