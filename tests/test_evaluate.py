@@ -87,9 +87,10 @@ def test_cli_filters_sets_and_directions(tiny_recipe, fixture_model_dir, tmp_pat
     out = tmp_path / "dev-only.json"
     report = main(
         ["--config", str(tiny_recipe), "--model", str(fixture_model_dir), "--out", str(out), "--device", "cpu",
-         "--sets", "tiny-dev", "--directions", "ko-en", "--limit", "3", "--beam-size", "1"]
+         "--sets", "tiny-dev", "--directions", "ko-en", "--limit", "3", "--beam-size", "2", "--length-penalty", "0.6"]
     )
     assert [(r["set"], r["direction"], r["sentences"]) for r in report["results"]] == [("tiny-dev", "ko-en", 3)]
+    assert (report["decoding"]["beam_size"], report["decoding"]["length_penalty"]) == (2, 0.6)
     assert (tmp_path / "dev-only" / "tiny-dev.ko-en.hyp").is_file()
 
 

@@ -226,6 +226,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--sets", type=lambda text: text.split(","), help="comma-separated set names (default: all dev and test sets)")
     parser.add_argument("--directions", type=parse_directions, help="e.g. ko-en,en-ko (default: the recipe's directions)")
     parser.add_argument("--beam-size", type=int, default=SearchOptions.beam_size)
+    parser.add_argument("--length-penalty", type=float, default=SearchOptions.length_penalty,
+                        help="score = log P / length^α (default: %(default)s)")
     parser.add_argument("--batch-tokens", type=int, default=EvaluationConfig.batch_tokens, help="decoding budget per batch")
     parser.add_argument("--limit", type=int, help="score only the first N lines of every set")
     parser.add_argument("--out", type=Path, help="report path (default: <model>/eval.json); hypotheses go beside it")
@@ -246,7 +248,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     args = parse_args(argv)
     recipe = load_recipe(args.config)
     config = EvaluationConfig(
-        search=SearchOptions(beam_size=args.beam_size),
+        search=SearchOptions(beam_size=args.beam_size, length_penalty=args.length_penalty),
         batch_tokens=args.batch_tokens,
         limit=args.limit,
         korean_bleu_tokenize=args.korean_bleu_tokenize,
