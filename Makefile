@@ -7,6 +7,8 @@ CONFIG   ?= configs/release.yaml
 RUN_DIR  ?= runs/$(basename $(notdir $(CONFIG)))
 MODEL    ?= models/default
 RELEASE_FROM ?= $(RUN_DIR)/best
+FORK_FROM ?= $(lastword $(sort $(wildcard $(RUN_DIR)/checkpoints/step-*)))
+COOLDOWN_STEPS ?= 600
 NPROC    ?= 1
 HOST     ?= 127.0.0.1
 PORT     ?= 50051
@@ -17,7 +19,7 @@ SRC      ?= ko
 TGT      ?= en
 export DATA_DIR HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1
 
-.PHONY: help install proto test data train eval average release serve translate plot-attention bench bench-decode bench-serve bench-train bench-profile clean
+.PHONY: help install proto test data train cooldown eval average release serve translate plot-attention bench bench-decode bench-serve bench-train bench-profile clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -49,6 +51,9 @@ endif
 
 eval: install  ## BLEU/chrF of $(MODEL) on the recipe's dev and test sets, report in $(MODEL)/eval.json
 	$(PY) -m training.evaluate --config $(CONFIG) --model $(MODEL)
+
+cooldown: install  ## fork $(RUN_DIR) at FORK_FROM (its newest checkpoint) into $(RUN_DIR)-cooldown; lr to 0 over COOLDOWN_STEPS
+	$(PY) -m training.train --config $(CONFIG) --run-dir $(RUN_DIR)-cooldown --fork-from $(FORK_FROM) --cooldown-steps $(COOLDOWN_STEPS)
 
 average: install  ## average the last checkpoints of $(RUN_DIR) into $(RUN_DIR)/averaged
 	$(PY) -m training.average --run-dir $(RUN_DIR)

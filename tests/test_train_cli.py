@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -105,3 +106,26 @@ def test_sigterm_stops_with_a_checkpoint(prepared, tmp_path):
     assert "SIGTERM: finishing this step" in output
     stopped_at = int(output.split("stopped at step ")[1].split()[0])
     assert (run_dir / "checkpoints" / f"step-{stopped_at:08d}" / "training_state.pt").is_file()
+
+
+def test_a_cooldown_fork_decays_to_zero_and_leaves_the_source_run_alone(prepared, tmp_path):
+    source = fresh_copy(prepared, tmp_path / "source")
+    run(*train_command(source, "--max-steps", "20"))
+    before = {p.name: p.stat().st_mtime_ns for p in (source / "checkpoints").iterdir()}
+    checkpoint = source / "checkpoints" / "step-00000020"
+    fork = tmp_path / "cooled"
+
+    result = run(*train_command(fork, "--fork-from", str(checkpoint), "--cooldown-steps", "10"))
+
+    assert "resumed at step 20" in result.stdout and "stopped at step 30" in result.stdout
+    records = [json.loads(line) for line in (fork / "metrics.jsonl").read_text().splitlines()]
+    lrs = {r["step"]: r["lr"] for r in records if r["kind"] == "train"}
+    assert lrs[15] > lrs[20] > lrs[25] > lrs[30] == 0.0  # the tiny recipe logs every 5 steps
+    assert lrs[25] == pytest.approx(lrs[20] / 2, rel=0.05)
+    assert {p.name: p.stat().st_mtime_ns for p in (source / "checkpoints").iterdir()} == before
+    # Running the same command again resumes the finished fork; forking it at another step is refused.
+    assert "stopped at step 30" in run(*train_command(fork, "--fork-from", str(checkpoint), "--cooldown-steps", "10")).stdout
+    other = subprocess.run([sys.executable, *train_command(fork, "--fork-from", str(source / "checkpoints" / "step-00000010"),
+                                                            "--cooldown-steps", "10")],
+                           cwd=ROOT, env=environment(), capture_output=True, text=True, timeout=300)
+    assert other.returncode != 0 and "was forked at step 20, not 10" in other.stderr

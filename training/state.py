@@ -10,6 +10,7 @@ moment (kill -9 included) leaves either the previous complete checkpoint or the 
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from dataclasses import asdict, dataclass
@@ -23,6 +24,7 @@ from nmt.model import Transformer
 from nmt.tokenizer import Tokenizer
 
 STATE_FILE = "training_state.pt"
+FORK_FILE = "forked_from.json"
 _STEP_DIR = re.compile(r"step-(\d+)")
 
 
@@ -90,6 +92,38 @@ def restore_checkpoint(
     if state["rng_cuda"] and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["rng_cuda"])
     return Progress(**state["progress"])
+
+
+def fork_run(checkpoint: Path, run_dir: Path) -> int:
+    """Start ``run_dir`` from another run's checkpoint and return that checkpoint's step.
+
+    The checkpoint is copied, the source run's prepared data and tokenizer are linked, and its metrics log
+    is carried over so the curves continue. The source run is not touched. Calling it again for the same
+    fork (e.g. to resume it) changes nothing; forking a run directory from a different step is an error.
+    """
+    match = _STEP_DIR.fullmatch(checkpoint.name)
+    if not match or not (checkpoint / STATE_FILE).is_file():
+        raise ValueError(f"{checkpoint} is not a training checkpoint (a step-NNNNNNNN directory holding {STATE_FILE})")
+    step, record = int(match.group(1)), run_dir / FORK_FILE
+    if record.exists():
+        forked_at = json.loads(record.read_text())["step"]
+        if forked_at != step:
+            raise ValueError(f"{run_dir} was forked at step {forked_at}, not {step}; fork into a new run directory")
+        return step
+    if checkpoint_dirs(run_dir):
+        raise ValueError(f"{run_dir} already holds a run of its own; fork into a new run directory")
+    source_run = checkpoint.parent.parent
+    staging = run_dir / "checkpoints" / f".staging-fork-{checkpoint.name}"
+    shutil.rmtree(staging, ignore_errors=True)
+    shutil.copytree(checkpoint, staging)
+    for name in ("data", "spm.model"):
+        if not (run_dir / name).exists():
+            (run_dir / name).symlink_to((source_run / name).resolve())
+    if (source_run / "metrics.jsonl").is_file():
+        shutil.copy2(source_run / "metrics.jsonl", run_dir / "metrics.jsonl")
+    staging.rename(run_dir / "checkpoints" / checkpoint.name)
+    record.write_text(json.dumps({"from": str(checkpoint.resolve()), "step": step}) + "\n")
+    return step
 
 
 def clear_staging(run_dir: Path) -> None:

@@ -4,6 +4,13 @@
     torchrun --standalone --nproc_per_node=2 -m training.train --config ... --run-dir ...
 
 A run directory with checkpoints is resumed from its newest one, exactly where it stopped.
+
+A release can cool a copy of a run down while the run itself goes on (``make cooldown``):
+
+    python -m training.train --config ... --run-dir runs/release-cooldown \
+        --fork-from runs/release/checkpoints/step-00007000 --cooldown-steps 600
+
+starts the new run directory from that checkpoint and decays the learning rate linearly to zero over 600 steps.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from nmt.model import ModelConfig, Transformer
 from nmt.tokenizer import Tokenizer
 from training.memory import limit_kernel_cache
 from training.recipe import load_recipe
+from training.state import fork_run
 from training.trainer import DevPair, Distributed, Trainer, TrainingConfig
 
 
@@ -33,7 +41,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--max-minutes", type=float, help="stop with a checkpoint after this many minutes")
     parser.add_argument("--threads", type=int, help="torch intra-op threads per process")
     parser.add_argument("--no-progress-bar", action="store_true")
-    return parser.parse_args(argv)
+    parser.add_argument("--fork-from", type=Path, help="start RUN_DIR from this checkpoint of another run")
+    parser.add_argument("--cooldown-steps", type=int,
+                        help="with --fork-from: decay the learning rate linearly to zero over this many steps, then stop")
+    args = parser.parse_args(argv)
+    if args.cooldown_steps is not None and (args.fork_from is None or args.cooldown_steps < 1):
+        parser.error("--cooldown-steps needs --fork-from and at least 1 step")
+    return args
 
 
 def setup_distributed() -> tuple[Distributed, torch.device]:
@@ -60,11 +74,22 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     limit_kernel_cache()
     recipe = load_recipe(args.config)
+    distributed, device = setup_distributed()
     overrides = {k: v for k, v in {"max_steps": args.max_steps, "max_minutes": args.max_minutes}.items() if v is not None}
+    if args.fork_from:
+        try:
+            fork_step = fork_run(args.fork_from, args.run_dir) if distributed.is_main else None
+        except ValueError as error:
+            raise SystemExit(f"error: {error}") from error
+        if distributed.world_size > 1:
+            shared = [fork_step]
+            dist.broadcast_object_list(shared, src=0)
+            fork_step = shared[0]
+        if args.cooldown_steps:
+            overrides |= {"cooldown_start": fork_step, "cooldown_steps": args.cooldown_steps}
     config = TrainingConfig(**{**recipe.training, **overrides, **({"progress_bar": False} if args.no_progress_bar else {})})
     if args.threads:
         torch.set_num_threads(args.threads)
-    distributed, device = setup_distributed()
     torch.manual_seed(config.seed)
 
     run_dir = args.run_dir

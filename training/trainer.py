@@ -33,7 +33,7 @@ from training.batching import pad_batch, shard, token_batches
 from training.evaluate import score
 from training.memory import release_free_memory
 from training.metrics import MetricsLog, plot_curves
-from training.optim import build_optimizer
+from training.optim import build_optimizer, learning_rate_schedule
 from training.state import Progress, checkpoint_dirs, clear_staging, export_model, restore_checkpoint, save_checkpoint
 
 
@@ -49,6 +49,8 @@ class TrainingConfig:
     label_smoothing: float = 0.1
     clip_norm: float = 1.0
     max_steps: int = 100_000
+    cooldown_start: int | None = None  # with cooldown_steps: the learning rate falls linearly to 0 from this step ...
+    cooldown_steps: int = 0  # ... over this many steps, and training stops there (training.optim)
     max_epochs: int = 1000
     max_minutes: float | None = None  # stop (with a checkpoint) after this much wall clock in one invocation
     bf16: bool = False  # autocast to bfloat16: faster on CPUs with AVX-512-BF16/AMX and on recent GPUs
@@ -65,6 +67,10 @@ class TrainingConfig:
 
     def __post_init__(self) -> None:
         self.betas = tuple(self.betas)
+        if self.cooldown_start is not None:
+            if self.cooldown_steps < 1:
+                raise ValueError(f"a cooldown needs cooldown_steps ≥ 1, got {self.cooldown_steps}")
+            self.max_steps = min(self.max_steps, self.cooldown_start + self.cooldown_steps)
 
 
 @dataclass
@@ -122,8 +128,9 @@ class Trainer:
         self.target_lengths = np.fromiter((len(t) for t in targets), dtype=np.int64, count=len(targets))
         self.dev_pairs = select_dev_pairs(dev_pairs, config)
         self.device = next(model.parameters()).device
+        schedule = learning_rate_schedule(config.warmup_steps, config.cooldown_start, config.cooldown_steps)
         self.optimizer, self.scheduler = build_optimizer(
-            model, config.lr, config.betas, config.adam_eps, config.weight_decay, config.warmup_steps
+            model, config.lr, config.betas, config.adam_eps, config.weight_decay, schedule
         )
         self.network = (
             DistributedDataParallel(model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
