@@ -66,12 +66,15 @@ def server_process(tmp_path) -> Iterator[tuple[subprocess.Popen, Path]]:
 
 def test_sigterm_lets_in_flight_requests_finish_and_exits_0(server_process, fixture_model_dir):
     start, log = server_process
-    # A minute-long batching wait keeps the requests queued until SIGTERM makes the server drain them.
+    # A long first request keeps the worker busy; the requests arriving meanwhile then wait for batch mates (a
+    # minute) until SIGTERM makes the server drain them.
     process = start("--model", str(fixture_model_dir), "--device", "cpu", "--port", "0", "--metrics-port", "0",
                     "--max-wait-ms", "60000")
     serving = wait_for_log_line(process, log, "serving")
+    long_text = " ".join([SOURCES[0]] * 60)
     with grpc.insecure_channel(f"127.0.0.1:{serving['port']}") as channel:
         stub = translator_pb2_grpc.TranslatorStub(channel)
+        first = stub.Translate.future(pb.TranslateRequest(text=long_text, source_lang="ko", target_lang="en"), timeout=TIMEOUT)
         in_flight = [
             stub.Translate.future(pb.TranslateRequest(text=text, source_lang="ko" if i < 4 else "en",
                                                       target_lang="en" if i < 4 else "ko"), timeout=TIMEOUT)
@@ -82,6 +85,7 @@ def test_sigterm_lets_in_flight_requests_finish_and_exits_0(server_process, fixt
             assert time.monotonic() < deadline, "the requests never reached the queue"
             time.sleep(0.05)
         process.send_signal(signal.SIGTERM)
+        assert first.result().translation == " ".join([EXPECTED[0]] * 60)
         assert [future.result().translation for future in in_flight] == EXPECTED
     assert process.wait(TIMEOUT) == 0
     assert wait_for_log_line(process, log, "shutting down")["queued"] == len(SOURCES)

@@ -74,6 +74,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     limit_kernel_cache()
     recipe = load_recipe(args.config)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     distributed, device = setup_distributed()
     overrides = {k: v for k, v in {"max_steps": args.max_steps, "max_minutes": args.max_minutes}.items() if v is not None}
     if args.fork_from:
@@ -88,8 +90,6 @@ def main(argv: list[str] | None = None) -> None:
         if args.cooldown_steps:
             overrides |= {"cooldown_start": fork_step, "cooldown_steps": args.cooldown_steps}
     config = TrainingConfig(**{**recipe.training, **overrides, **({"progress_bar": False} if args.no_progress_bar else {})})
-    if args.threads:
-        torch.set_num_threads(args.threads)
     torch.manual_seed(config.seed)
 
     run_dir = args.run_dir
