@@ -120,6 +120,7 @@ def main(argv: list[str] | None = None) -> None:
               f"at step {progress.best_step}; checkpoints in {run_dir / 'checkpoints'}, best model in {run_dir / 'best'}, "
               f"curves in {run_dir / 'curves.png'}", flush=True)
     if distributed.world_size > 1:
+        dist.barrier()  # no rank tears its connections down while another still uses them
         dist.destroy_process_group()
 
 
