@@ -33,6 +33,7 @@ class TrainBenchConfig:
     warmup_steps: int = 3  # untimed updates first (allocator, oneDNN kernel selection)
     threads: int = 2
     matmul_size: int = 2048  # square matrices for the peak measurement
+    cpu_attention: tuple[str, ...] = ("math", "fused")  # attention kernels to time, one after the other (A/B)
     out: Path = RESULTS_DIR / "train.json"
 
 
@@ -68,23 +69,13 @@ def timed(function) -> float:
     return time.perf_counter() - started
 
 
-def run(config: TrainBenchConfig) -> dict:
-    from datasets import load_from_disk
-
+def time_steps(config: TrainBenchConfig, model_config: ModelConfig, training_config, tokenizer, sources, targets) -> dict:
+    """Warm up, then time ``config.steps`` real updates of a fresh model; tokens/s and FLOP/s of those steps."""
     from nmt.model import Transformer
-    from nmt.tokenizer import Tokenizer
     from training.batching import token_batches
-    from training.recipe import load_recipe
-    from training.trainer import Trainer, TrainingConfig
+    from training.trainer import Trainer
 
-    torch.set_num_threads(config.threads)
     torch.manual_seed(0)
-    recipe = load_recipe(config.recipe)
-    tokenizer = Tokenizer.load(config.run_dir / "spm.model")
-    model_config = ModelConfig(vocab_size=tokenizer.vocab_size, pad_id=tokenizer.pad_id, **recipe.model)
-    training_config = TrainingConfig(**{**recipe.training, "progress_bar": False})
-    train = load_from_disk(str(config.run_dir / "data" / "train"))
-    sources, targets = (train.data.column(name).to_pylist() for name in ("source", "target"))
     with tempfile.TemporaryDirectory(prefix="bench-train-") as run_dir:
         trainer = Trainer(Transformer(model_config), tokenizer, sources, targets, [], training_config, Path(run_dir), {})
         batches = token_batches(trainer.source_lengths, trainer.target_lengths, training_config.max_tokens, training_config.seed, 0)
@@ -98,17 +89,41 @@ def run(config: TrainBenchConfig) -> dict:
             flops = 3 * forward_flops(model_config, len(indices), source.size(1), target.size(1) - 1)
             steps.append({"seconds": seconds, "tokens": int(trainer.target_lengths[indices].sum() - len(indices)), "flops": flops})
     seconds = sum(s["seconds"] for s in steps)
-    peaks = {"fp32": matmul_peak(config.matmul_size, torch.float32), "bf16": matmul_peak(config.matmul_size, torch.bfloat16)}
-    achieved = sum(s["flops"] for s in steps) / seconds
-    result = {
-        "parameters": sum(p.numel() for p in trainer.model.parameters()),
-        "autocast_bf16": training_config.bf16,
+    return {
+        "cpu_attention": training_config.cpu_attention,
         "steps": len(steps),
         "median_step_seconds": statistics.median(s["seconds"] for s in steps),
         "target_tokens_per_s": sum(s["tokens"] for s in steps) / seconds,
-        "achieved_flops_per_s": achieved,
+        "achieved_flops_per_s": sum(s["flops"] for s in steps) / seconds,
+    }
+
+
+def run(config: TrainBenchConfig) -> dict:
+    from datasets import load_from_disk
+
+    from nmt.model import Transformer
+    from nmt.tokenizer import Tokenizer
+    from training.recipe import load_recipe
+    from training.trainer import TrainingConfig
+
+    torch.set_num_threads(config.threads)
+    recipe = load_recipe(config.recipe)
+    tokenizer = Tokenizer.load(config.run_dir / "spm.model")
+    model_config = ModelConfig(vocab_size=tokenizer.vocab_size, pad_id=tokenizer.pad_id, **recipe.model)
+    train = load_from_disk(str(config.run_dir / "data" / "train"))
+    sources, targets = (train.data.column(name).to_pylist() for name in ("source", "target"))
+    kernels = []
+    for kernel in config.cpu_attention:
+        training_config = TrainingConfig(**{**recipe.training, "progress_bar": False, "cpu_attention": kernel})
+        kernels.append(time_steps(config, model_config, training_config, tokenizer, sources, targets))
+    peaks = {"fp32": matmul_peak(config.matmul_size, torch.float32), "bf16": matmul_peak(config.matmul_size, torch.bfloat16)}
+    for result in kernels:
+        result["fraction_of_peak"] = {dtype: result["achieved_flops_per_s"] / peak for dtype, peak in peaks.items()}
+    result = {
+        "parameters": Transformer(model_config).num_parameters(),
+        "autocast_bf16": training_config.bf16,
         "matmul_peak_flops_per_s": peaks,
-        "fraction_of_peak": {dtype: achieved / peak for dtype, peak in peaks.items()},
+        "kernels": kernels,
     }
     settings = {k: str(v) if isinstance(v, Path) else v for k, v in asdict(config).items()}
     return {"benchmark": "train", "machine": machine(), "config": settings, "model": asdict(model_config), "result": result}
@@ -116,11 +131,12 @@ def run(config: TrainBenchConfig) -> dict:
 
 def table(result: dict) -> str:
     peak_dtype = "bf16" if result["autocast_bf16"] else "fp32"
+    peaks = result["matmul_peak_flops_per_s"]
     return markdown_table(
-        ["target tokens/s", "median step s", "achieved GFLOP/s", "fp32 matmul peak GFLOP/s", "bf16 matmul peak GFLOP/s", f"% of {peak_dtype} peak"],
-        [[result["target_tokens_per_s"], result["median_step_seconds"], result["achieved_flops_per_s"] / 1e9,
-          result["matmul_peak_flops_per_s"]["fp32"] / 1e9, result["matmul_peak_flops_per_s"]["bf16"] / 1e9,
-          100 * result["fraction_of_peak"][peak_dtype]]],
+        ["CPU attention", "target tokens/s", "median step s", "achieved GFLOP/s", "fp32 matmul peak GFLOP/s", "bf16 matmul peak GFLOP/s",
+         f"% of {peak_dtype} peak"],
+        [[k["cpu_attention"], k["target_tokens_per_s"], k["median_step_seconds"], k["achieved_flops_per_s"] / 1e9, peaks["fp32"] / 1e9,
+          peaks["bf16"] / 1e9, 100 * k["fraction_of_peak"][peak_dtype]] for k in result["kernels"]],
     )
 
 
@@ -133,9 +149,13 @@ def parse_args(argv: list[str] | None = None) -> TrainBenchConfig:
     parser.add_argument("--warmup-steps", type=int, default=defaults.warmup_steps)
     parser.add_argument("--threads", type=int, default=defaults.threads)
     parser.add_argument("--matmul-size", type=int, default=defaults.matmul_size)
+    parser.add_argument("--cpu-attention", nargs="+", choices=["math", "fused"], default=list(defaults.cpu_attention),
+                        help="attention kernels to time (TrainingConfig.cpu_attention); default: both, for the A/B")
     parser.add_argument("--out", type=Path, default=defaults.out, help="JSON result file (default: %(default)s)")
     args = parser.parse_args(argv)
-    return TrainBenchConfig(args.config, args.run_dir, args.steps, args.warmup_steps, args.threads, args.matmul_size, args.out)
+    return TrainBenchConfig(
+        args.config, args.run_dir, args.steps, args.warmup_steps, args.threads, args.matmul_size, tuple(args.cpu_attention), args.out
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

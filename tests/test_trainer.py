@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
+import pytest
 import torch
 from safetensors.torch import load_file
 
@@ -70,3 +72,18 @@ def test_resume_is_exact(tmp_path):
     assert expected.keys() == actual.keys()
     for name in expected:
         assert torch.equal(expected[name], actual[name]), name
+
+
+def test_cpu_attention_kernels_train_alike(tmp_path):
+    """The math and the fused attention kernel compute the same function: one update gives the same loss."""
+    tokenizer = train_fixture_tokenizer()
+    losses = []
+    for kernel in ("math", "fused"):
+        trainer = make_trainer(tmp_path / kernel, tokenizer, cpu_attention=kernel)
+        losses.append(trainer.update([np.arange(8)])["loss"])
+    assert losses[0] == pytest.approx(losses[1], rel=1e-5)
+
+
+def test_unknown_cpu_attention_kernel_is_refused():
+    with pytest.raises(ValueError, match="cpu_attention"):
+        TrainingConfig(cpu_attention="flash")
