@@ -17,6 +17,7 @@ import signal
 import sys
 import time
 from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
@@ -247,7 +248,18 @@ class TranslationServer:
 
 
 def load_translator(config: ServerConfig) -> Translator:
-    """Load the model, failing with a message that says what to do when it cannot serve."""
+    """Load the model, failing with a message that says what to do when it cannot serve.
+
+    The loading runs in a thread that then ends, taking its OpenMP thread pool with it: libgomp keeps one pool
+    per thread that ever ran a parallel operator, and once the pools' workers outnumber the CPUs they stop
+    spinning between operators and sleep, so every operator pays a wake-up. Loaded on the main thread, the
+    model decoded at half speed in the batcher's thread on 2 CPUs (BENCHMARKS.md, "Server").
+    """
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="load-model") as loader:
+        return loader.submit(_load_translator, config).result()
+
+
+def _load_translator(config: ServerConfig) -> Translator:
     if not config.model_dir.is_dir():
         raise StartupError(f"no model at {config.model_dir}; train one (make train) "
                            "or pass --model DIR (MODEL=DIR for make serve)")

@@ -378,6 +378,22 @@ def test_the_precision_flag_loads_an_int8_decoding_model(fixture_model_dir):
     assert translator.translate(["감사합니다."], "ko", "en")[0].text == "Thank you."
 
 
+def test_the_model_is_loaded_in_a_thread_that_has_ended(fixture_model_dir, monkeypatch):
+    """Only the batcher's thread may keep an OpenMP pool (see load_translator): loading leaves none behind."""
+    from serving import server
+
+    loaded_in, real_load = [], server.Translator.load
+
+    def load(*args, **kwargs):
+        loaded_in.append(threading.current_thread())
+        return real_load(*args, **kwargs)
+
+    monkeypatch.setattr(server.Translator, "load", load)
+    load_translator(ServerConfig(model_dir=fixture_model_dir, device="cpu"))
+    assert loaded_in[0] is not threading.main_thread()
+    assert not loaded_in[0].is_alive()
+
+
 def test_an_unknown_precision_is_refused(capsys):
     with pytest.raises(SystemExit):
         parse_args(["--precision", "fp16"])
