@@ -177,7 +177,7 @@ class Trainer:
 
     def autocast(self) -> contextlib.ExitStack:
         """bf16 autocast when the recipe asks for it and, on CPU, the chosen attention kernel: for sentence-length
-        sequences the math kernel's backward makes a training step about 16% faster than the fused one's."""
+        sequences the math kernel makes a training step faster than the fused one (BENCHMARKS.md, Training)."""
         context = contextlib.ExitStack()
         context.enter_context(torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.config.bf16))
         if self.device.type == "cpu":
