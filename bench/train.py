@@ -18,11 +18,16 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
 from bench.common import RESULTS_DIR, machine, markdown_table, report
 from nmt.model import ModelConfig
+
+if TYPE_CHECKING:
+    from nmt.tokenizer import Tokenizer
+    from training.trainer import TrainingConfig
 
 
 @dataclass(frozen=True)
@@ -69,7 +74,10 @@ def timed(function) -> float:
     return time.perf_counter() - started
 
 
-def time_steps(config: TrainBenchConfig, model_config: ModelConfig, training_config, tokenizer, sources, targets) -> dict:
+def time_steps(
+    config: TrainBenchConfig, model_config: ModelConfig, training_config: TrainingConfig, tokenizer: Tokenizer,
+    sources: list[list[int]], targets: list[list[int]],
+) -> dict:
     """Warm up, then time ``config.steps`` real updates of a fresh model; tokens/s and FLOP/s of those steps."""
     from nmt.model import Transformer
     from training.batching import token_batches
@@ -117,8 +125,8 @@ def run(config: TrainBenchConfig) -> dict:
         training_config = TrainingConfig(**{**recipe.training, "progress_bar": False, "cpu_attention": kernel})
         kernels.append(time_steps(config, model_config, training_config, tokenizer, sources, targets))
     peaks = {"fp32": matmul_peak(config.matmul_size, torch.float32), "bf16": matmul_peak(config.matmul_size, torch.bfloat16)}
-    for result in kernels:
-        result["fraction_of_peak"] = {dtype: result["achieved_flops_per_s"] / peak for dtype, peak in peaks.items()}
+    for timing in kernels:
+        timing["fraction_of_peak"] = {dtype: timing["achieved_flops_per_s"] / peak for dtype, peak in peaks.items()}
     result = {
         "parameters": Transformer(model_config).num_parameters(),
         "autocast_bf16": training_config.bf16,
