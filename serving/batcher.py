@@ -7,7 +7,10 @@ The model masks padding, so a request's translation does not depend on its batch
 
 Waiting only pays when batch mates are likely, so the oldest request waits only while traffic is concurrent:
 when the previous batch held several requests, or the request arrived while the previous batch was being
-decoded. A lone client's requests find neither and are decoded at once.
+decoded. A lone client's requests find neither and are decoded at once. Concurrent clients send their next
+requests once answered, so the wait also ends as soon as as many requests are queued as were in flight
+last time (the previous batch plus those that queued behind it): a batch of 32 answers comes back as one
+batch, not split by whichever requests happened to arrive within ``max_wait_ms``.
 
 Each request gets a :class:`concurrent.futures.Future`. Cancelling it (the client went away) removes the
 request from the queue at once; a request whose deadline has passed is answered with
@@ -71,6 +74,7 @@ class Batcher:
         self._draining = False  # decode queued requests without waiting for batch mates
         self._closed = False  # refuse new requests; the worker stops once the queue is empty
         self._last_batch_requests = 0  # the worker's own state, for deciding whether to wait for batch mates
+        self._in_flight = 0  # requests decoded last time plus those queued when that decode ended
         self._last_decode_end = -math.inf
         self._worker = threading.Thread(target=self._run, name="batcher", daemon=True)
 
@@ -139,7 +143,8 @@ class Batcher:
                 due = oldest.arrived + self.config.max_wait_ms / 1000
                 budget_filled = sum(item.job.tokens for item in group) >= self.config.max_batch_tokens
                 concurrent = self._last_batch_requests > 1 or oldest.arrived < self._last_decode_end
-                if (self._draining or not self.config.enabled or not concurrent or budget_filled
+                all_back = self._queued >= max(2, self._in_flight)
+                if (self._draining or not self.config.enabled or not concurrent or budget_filled or all_back
                         or time.monotonic() >= due):
                     return self._take(key, group)
                 self._changed.wait(due - time.monotonic())
@@ -170,7 +175,9 @@ class Batcher:
                 item.future.set_exception(error)
             return
         finally:  # before any answer goes out, so a client's next request counts as arriving after it
-            self._last_batch_requests, self._last_decode_end = len(live), time.monotonic()
+            with self._changed:
+                self._last_batch_requests, self._last_decode_end = len(live), time.monotonic()
+                self._in_flight = len(live) + self._queued
         position = 0
         for item in live:
             count = len(item.job.texts)

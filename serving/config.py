@@ -32,7 +32,7 @@ class BatchingConfig:
 
     enabled: bool = True  # off: every request is decoded on its own
     max_batch_tokens: int = 4096  # source tokens gathered into one decode call
-    max_wait_ms: float = 5.0  # the oldest queued request waits at most this long for batch mates
+    max_wait_ms: float = 20.0  # under concurrent traffic the oldest request waits at most this long for batch mates
     max_queued_requests: int = 256  # beyond this, requests are refused with RESOURCE_EXHAUSTED
 
     def __post_init__(self) -> None:

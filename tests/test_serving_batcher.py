@@ -122,6 +122,24 @@ def test_a_request_that_queued_behind_a_decode_waits_for_batch_mates(make_batche
     assert [queued.result().translations[0].text, mate.result().translations[0].text] == TARGETS[1:3]
 
 
+def test_the_wait_ends_once_as_many_requests_are_back_as_were_in_flight(make_batcher, fixture_translator):
+    """One request decoded with two queued behind it: three clients. Their next three make a batch at once."""
+    gated = GatedTranslator(fixture_translator)
+    batcher = make_batcher(PATIENT, gated)  # would otherwise wait a minute for batch mates
+    batcher.start()
+    first = batcher.submit(job(SOURCES[0]))
+    assert gated.decoding.wait(timeout=30)
+    behind = [batcher.submit(job(text)) for text in SOURCES[1:3]]
+    gated.gate.set()
+    assert first.result(timeout=30).batch_requests == 1
+    time.sleep(0.2)
+    assert not any(f.done() for f in behind)  # two of the three clients are back: still waiting
+    last = batcher.submit(job(SOURCES[3]))
+    decoded = [f.result(timeout=30) for f in [*behind, last]]  # no drain: the third one completes the batch
+    assert [d.batch_requests for d in decoded] == [3, 3, 3]
+    assert [d.translations[0].text for d in decoded] == TARGETS[1:]
+
+
 def test_multi_text_jobs_get_their_own_translations_back(make_batcher):
     decoded = decode_all(make_batcher(), [Job(tuple(SOURCES[:3]), "ko", "en", SearchOptions(), 30), job(SOURCES[3])])
     assert [t.text for t in decoded[0].translations] == TARGETS[:3]
