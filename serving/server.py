@@ -157,13 +157,16 @@ class TranslatorServicer(translator_pb2_grpc.TranslatorServicer):
 
     @contextlib.asynccontextmanager
     async def _rpc(self, method: str, context) -> AsyncIterator[RequestRecord]:
-        """Map refusals to status codes and write the request's log line, whatever the outcome."""
-        record = RequestRecord(method, context.peer())
+        """Map refusals to status codes and write the request's log line, whatever the outcome.
+
+        A refused request is logged before the refusal is sent: the abort answers the client, and the handler
+        may not be resumed after that.
+        """
+        record, refusal = RequestRecord(method, context.peer()), None
         try:
             yield record
         except ServingError as error:
-            record.code = error.code.name
-            await context.abort(error.code, str(error))
+            record.code, refusal = error.code.name, (error.code, str(error))
         except asyncio.CancelledError:
             remaining = context.time_remaining()
             expired = remaining is not None and remaining <= 0
@@ -172,9 +175,11 @@ class TranslatorServicer(translator_pb2_grpc.TranslatorServicer):
         except Exception:
             record.code = grpc.StatusCode.INTERNAL.name
             logger.exception("%s failed", method)
-            await context.abort(grpc.StatusCode.INTERNAL, "internal error; the server log has the details")
+            refusal = (grpc.StatusCode.INTERNAL, "internal error; the server log has the details")
         finally:
             log_request(record, self.metrics)
+        if refusal is not None:
+            await context.abort(*refusal)
 
 
 class TranslationServer:
