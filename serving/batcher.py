@@ -2,7 +2,8 @@
 
 One worker thread owns the model. Requests wait in a bounded queue, grouped by (language pair, options).
 The worker takes the group of the oldest request once it holds ``max_batch_tokens`` source tokens or that
-request has waited ``max_wait_ms``, and translates the whole group in one :meth:`Translator.translate` call.
+request has waited ``max_wait_ms`` (counted from when the worker was free to take it), and translates the whole
+group in one :meth:`Translator.translate` call.
 The model masks padding, so a request's translation does not depend on its batch mates.
 
 Waiting only pays when batch mates are likely, so the oldest request waits only while traffic is concurrent:
@@ -140,7 +141,9 @@ class Batcher:
                     continue
                 key, group = min(self._groups.items(), key=lambda entry: entry[1][0].arrived)
                 oldest = group[0]
-                due = oldest.arrived + self.config.max_wait_ms / 1000
+                # The wait counts from when the worker could have taken the request: one that queued behind a
+                # decode may still gather the batch mates that the decode's answers send back.
+                due = max(oldest.arrived, self._last_decode_end) + self.config.max_wait_ms / 1000
                 budget_filled = sum(item.job.tokens for item in group) >= self.config.max_batch_tokens
                 concurrent = self._last_batch_requests > 1 or oldest.arrived < self._last_decode_end
                 all_back = self._queued >= max(2, self._in_flight)

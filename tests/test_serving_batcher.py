@@ -122,6 +122,22 @@ def test_a_request_that_queued_behind_a_decode_waits_for_batch_mates(make_batche
     assert [queued.result().translations[0].text, mate.result().translations[0].text] == TARGETS[1:3]
 
 
+def test_the_wait_for_batch_mates_counts_from_the_end_of_the_decode_it_queued_behind(make_batcher, fixture_translator):
+    gated = GatedTranslator(fixture_translator)
+    batcher = make_batcher(BatchingConfig(max_wait_ms=1500), gated)
+    batcher.start()
+    first = batcher.submit(job(SOURCES[0]))
+    assert gated.decoding.wait(timeout=30)
+    queued = batcher.submit(job(SOURCES[1]))
+    time.sleep(1.6)  # the queued request has now waited longer than max_wait_ms, all of it behind the decode
+    gated.gate.set()
+    assert first.result(timeout=30).batch_requests == 1
+    time.sleep(0.1)
+    assert not queued.done()  # it still waits for the batch mate the first answer may send back
+    mate = batcher.submit(job(SOURCES[2]))
+    assert [queued.result(timeout=30).batch_requests, mate.result(timeout=30).batch_requests] == [2, 2]
+
+
 def test_the_wait_ends_once_as_many_requests_are_back_as_were_in_flight(make_batcher, fixture_translator):
     """One request decoded with two queued behind it: three clients. Their next three make a batch at once."""
     gated = GatedTranslator(fixture_translator)
