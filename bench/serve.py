@@ -59,6 +59,7 @@ class LoadResult:
     seconds: float
     latencies_s: list[float]  # of the answered requests
     errors: dict[str, int]  # status code name → count
+    mean_batch: float  # requests per decode call, as each answered request saw it (the server's request log)
 
     @property
     def requests_per_s(self) -> float:
@@ -66,8 +67,8 @@ class LoadResult:
 
 
 @contextmanager
-def running_server(config: ServeConfig, precision: str, batching: bool) -> Iterator[str]:
-    """A server process on a free port; yields its address and stops it (SIGTERM, graceful) afterwards."""
+def running_server(config: ServeConfig, precision: str, batching: bool) -> Iterator[tuple[str, Path]]:
+    """A server process on a free port; yields its address and log file, and stops it (SIGTERM, graceful) afterwards."""
     log_path = RESULTS_DIR / f"serve-{'batching' if batching else 'no-batching'}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, "-m", "serving.server", "--model", str(config.model_dir), "--port", "0",
@@ -75,10 +76,16 @@ def running_server(config: ServeConfig, precision: str, batching: bool) -> Itera
     with log_path.open("w") as log:
         process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log)
     try:
-        yield f"127.0.0.1:{wait_for_port(process, log_path)}"
+        yield f"127.0.0.1:{wait_for_port(process, log_path)}", log_path
     finally:
         process.terminate()
         process.wait(timeout=120)
+
+
+def batch_sizes(log_path: Path) -> list[int]:
+    """``batch_requests`` of every request the server has logged so far, in order (one JSON line each)."""
+    lines = [json.loads(line) for line in log_path.read_text().splitlines() if line.startswith("{")]
+    return [line["batch_requests"] for line in lines if "batch_requests" in line]
 
 
 def wait_for_port(process: subprocess.Popen, log_path: Path) -> int:
@@ -124,11 +131,14 @@ def run(config: ServeConfig) -> dict:
     results: list[LoadResult] = []
     for precision in config.precisions:
         for batching in (True, False):
-            with running_server(config, precision, batching) as address:
+            with running_server(config, precision, batching) as (address, log_path):
                 asyncio.run(generate_load(address, dev.sources, config, 1, config.warmup_requests))
                 for clients in config.clients:
+                    logged = len(batch_sizes(log_path))
                     seconds, latencies, errors = asyncio.run(generate_load(address, dev.sources, config, clients, config.requests))
-                    results.append(LoadResult(precision, batching, clients, config.requests, seconds, latencies, dict(errors)))
+                    batches = batch_sizes(log_path)[logged:]  # every line is written before its answer is sent
+                    results.append(LoadResult(precision, batching, clients, config.requests, seconds, latencies, dict(errors),
+                                              sum(batches) / max(len(batches), 1)))
                     print(f"{precision}, batching {'on' if batching else 'off'}, {clients} clients: "
                           f"{results[-1].requests_per_s:.2f} requests/s", file=sys.stderr, flush=True)
     rows = []
@@ -139,17 +149,18 @@ def run(config: ServeConfig) -> dict:
             "precision": result.precision, "batching": result.batching, "clients": result.clients, "requests": result.requests, "seconds": result.seconds,
             "requests_per_s": result.requests_per_s, "vs_one_client": result.requests_per_s / single.requests_per_s,
             **{f"p{q}_ms": percentile(result.latencies_s, q) * 1000 for q in (50, 95, 99)},
-            "errors": sum(result.errors.values()), "error_codes": result.errors,
+            "errors": sum(result.errors.values()), "error_codes": result.errors, "mean_batch": result.mean_batch,
         })
     settings = {k: str(v) if isinstance(v, Path) else v for k, v in asdict(config).items()}
     return {"benchmark": "serve", "machine": machine(), "config": settings, "results": rows}
 
 
 def table(rows: list[dict]) -> str:
-    headers = ["precision", "batching", "clients", "requests", "requests/s", "× 1 client", "p50 ms", "p95 ms", "p99 ms", "errors"]
+    headers = ["precision", "batching", "clients", "requests", "requests/s", "× 1 client", "p50 ms", "p95 ms", "p99 ms", "errors",
+               "mean batch"]
     return markdown_table(headers, [
         [r["precision"], "on" if r["batching"] else "off", r["clients"], r["requests"], r["requests_per_s"], r["vs_one_client"],
-         r["p50_ms"], r["p95_ms"], r["p99_ms"], r["errors"]]
+         r["p50_ms"], r["p95_ms"], r["p99_ms"], r["errors"], r["mean_batch"]]
         for r in rows
     ])
 
