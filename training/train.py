@@ -16,6 +16,7 @@ starts the new run directory from that checkpoint and decays the learning rate l
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 from dataclasses import asdict
@@ -121,6 +122,10 @@ def main(argv: list[str] | None = None) -> None:
               f"curves in {run_dir / 'curves.png'}", flush=True)
     if distributed.world_size > 1:
         dist.barrier()  # no rank tears its connections down while another still uses them
+        # The DDP wrapper keeps the process group (and Gloo's worker threads) alive; left to interpreter exit,
+        # their teardown can abort the process ("terminate called without an active exception").
+        del trainer
+        gc.collect()
         dist.destroy_process_group()
 
 
