@@ -16,7 +16,7 @@ import statistics
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -120,10 +120,9 @@ def run(config: TrainBenchConfig) -> dict:
     model_config = ModelConfig(vocab_size=tokenizer.vocab_size, pad_id=tokenizer.pad_id, **recipe.model)
     train = load_from_disk(str(config.run_dir / "data" / "train"))
     sources, targets = (train.data.column(name).to_pylist() for name in ("source", "target"))
-    kernels = []
-    for kernel in config.cpu_attention:
-        training_config = TrainingConfig(**{**recipe.training, "progress_bar": False, "cpu_attention": kernel})
-        kernels.append(time_steps(config, model_config, training_config, tokenizer, sources, targets))
+    training_config = TrainingConfig(**{**recipe.training, "progress_bar": False})
+    kernels = [time_steps(config, model_config, replace(training_config, cpu_attention=kernel), tokenizer, sources, targets)
+               for kernel in config.cpu_attention]
     peaks = {"fp32": matmul_peak(config.matmul_size, torch.float32), "bf16": matmul_peak(config.matmul_size, torch.bfloat16)}
     for timing in kernels:
         timing["fraction_of_peak"] = {dtype: timing["achieved_flops_per_s"] / peak for dtype, peak in peaks.items()}
