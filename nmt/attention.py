@@ -116,6 +116,7 @@ class MultiHeadAttention(nn.Module):
         cache: KeyValueCache | None = None,
         static_source: bool = False,
         need_weights: bool = False,
+        head_weights: list[Tensor] | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """Attend from ``query`` (B, Tq, d) to ``source`` (B, Ts, d).
 
@@ -123,7 +124,8 @@ class MultiHeadAttention(nn.Module):
         for cross-attention (``static_source``) it already holds the encoder's projected keys/values. That
         cache may hold one row per group of consecutive query rows (the beams of one sentence): the group's
         queries then attend as one longer query sequence, so the encoder side is stored and read once.
-        Returns the output and, if asked, the head-averaged weights (B, Tq, Ts).
+        Returns the output and, if asked, the head-averaged weights (B, Tq, Ts). A ``head_weights`` list
+        receives every head's weights (B, heads, Tq, Ts), for explaining a translation (:mod:`nmt.explain`).
         """
         rows, length, _ = query.shape
         if static_source:
@@ -142,6 +144,10 @@ class MultiHeadAttention(nn.Module):
             cache.append(k, v)
             k, v = cache.keys, cache.values
         dropout = self.dropout if self.training else 0.0
-        out, weights = scaled_dot_product_attention(q, k, v, mask, dropout, need_weights)
+        out, weights = scaled_dot_product_attention(q, k, v, mask, dropout, need_weights or head_weights is not None)
+        if head_weights is not None:
+            head_weights.append(weights)
         out = out.transpose(1, 2).reshape(rows, length, -1)
-        return self.out_proj(out), None if weights is None else weights.mean(dim=1).reshape(rows, length, -1)
+        if not need_weights:
+            return self.out_proj(out), None
+        return self.out_proj(out), weights.mean(dim=1).reshape(rows, length, -1)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -86,6 +86,18 @@ class Residual(nn.Module):
         return self.norm(x + self.dropout(sublayer(x)))
 
 
+@dataclass
+class AttentionRecord:
+    """Every head's attention weights of one pass, appended layer by layer as (B, heads, queries, keys).
+
+    Passed down by :mod:`nmt.explain`; decoding passes none, so it keeps the fused attention kernel.
+    """
+
+    encoder: list[Tensor] = field(default_factory=list)  # self-attention, (B, H, S, S) per layer
+    decoder: list[Tensor] = field(default_factory=list)  # masked self-attention, (B, H, T, T) per layer
+    cross: list[Tensor] = field(default_factory=list)  # (B, H, T, S) per layer
+
+
 class EncoderLayer(nn.Module):
     def __init__(self, c: ModelConfig):
         super().__init__()
@@ -93,8 +105,9 @@ class EncoderLayer(nn.Module):
         self.ffn = FeedForward(c.d_model, c.ffn_dim, c.dropout, c.activation)
         self.attn_block, self.ffn_block = (Residual(c.d_model, c.dropout, c.pre_norm) for _ in range(2))
 
-    def forward(self, x: Tensor, mask: Tensor) -> Tensor:
-        x = self.attn_block(x, lambda h: self.self_attn(h, mask=mask)[0])
+    def forward(self, x: Tensor, mask: Tensor, record: AttentionRecord | None = None) -> Tensor:
+        weights = None if record is None else record.encoder
+        x = self.attn_block(x, lambda h: self.self_attn(h, mask=mask, head_weights=weights)[0])
         return self.ffn_block(x, self.ffn)
 
 
@@ -146,18 +159,23 @@ class DecoderLayer(nn.Module):
         memory_mask: Tensor,
         cache: LayerCache | None = None,
         need_weights: bool = False,
+        record: AttentionRecord | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """Masked self-attention over the target prefix, cross-attention to the source, feed-forward."""
         cross_weights = None
+        self_record, cross_record = (None, None) if record is None else (record.decoder, record.cross)
 
         def attend_source(h: Tensor) -> Tensor:
             nonlocal cross_weights
             out, cross_weights = self.cross_attn(
-                h, memory, memory_mask, cache and cache.cross_attn, static_source=cache is not None, need_weights=need_weights
+                h, memory, memory_mask, cache and cache.cross_attn, static_source=cache is not None, need_weights=need_weights,
+                head_weights=cross_record,
             )
             return out
 
-        x = self.self_block(x, lambda h: self.self_attn(h, mask=self_mask, cache=cache and cache.self_attn)[0])
+        x = self.self_block(
+            x, lambda h: self.self_attn(h, mask=self_mask, cache=cache and cache.self_attn, head_weights=self_record)[0]
+        )
         x = self.cross_block(x, attend_source)
         return self.ffn_block(x, self.ffn), cross_weights
 
@@ -189,24 +207,28 @@ class Transformer(nn.Module):
     def source_mask(self, source: Tensor) -> Tensor:
         return (source != self.config.pad_id)[:, None, None, :]  # (B, 1, 1, S)
 
-    def encode(self, source: Tensor) -> tuple[Tensor, Tensor]:
+    def encode(self, source: Tensor, record: AttentionRecord | None = None) -> tuple[Tensor, Tensor]:
         """Source ids (B, S) → memory (B, S, d) and its padding mask (B, 1, 1, S)."""
         mask = self.source_mask(source)
         x = self.embed(source)
         for layer in self.encoder_layers:
-            x = layer(x, mask)
+            x = layer(x, mask, record)
         return self.encoder_norm(x), mask
 
     def decode(
-        self, target_in: Tensor, memory: Tensor, memory_mask: Tensor, need_weights: bool = False
+        self, target_in: Tensor, memory: Tensor, memory_mask: Tensor, need_weights: bool = False,
+        record: AttentionRecord | None = None,
     ) -> tuple[Tensor, Tensor | None]:
-        """Teacher-forced decoding: target prefix (B, T) → logits (B, T, V) and last-layer cross-attention."""
+        """Teacher-forced decoding: target prefix (B, T) → logits (B, T, V) and last-layer cross-attention.
+
+        A ``record`` receives every layer's and head's weights (see :class:`AttentionRecord`).
+        """
         length = target_in.size(1)
         causal = torch.ones(length, length, dtype=torch.bool, device=target_in.device).tril()
         x, weights = self.embed(target_in), None
         for i, layer in enumerate(self.decoder_layers):
             last = i == len(self.decoder_layers) - 1
-            x, weights = layer(x, memory, causal, memory_mask, need_weights=need_weights and last)
+            x, weights = layer(x, memory, causal, memory_mask, need_weights=need_weights and last, record=record)
         return self.logits(self.decoder_norm(x)), weights
 
     def forward(self, source: Tensor, target_in: Tensor) -> Tensor:

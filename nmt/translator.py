@@ -97,7 +97,7 @@ class Translator:
         hypotheses = self.translate_sentences(sentences, target_lang, options)
         results, position = [], 0
         for group in sentences_per_text:
-            results.append(self._join(group, hypotheses[position : position + len(group)], target_lang, options))
+            results.append(self.join_sentences(group, hypotheses[position : position + len(group)], target_lang, options))
             position += len(group)
         return results
 
@@ -135,7 +135,7 @@ class Translator:
         pad = self.tokenizer.pad_id
         return torch.tensor([[*r, *[pad] * (width - len(r))] for r in rows], dtype=torch.long, device=self.device)
 
-    def _join(self, sentences: list[str], hypotheses: list[list[Hypothesis]], target_lang: str, options: SearchOptions) -> Translation:
+    def join_sentences(self, sentences: list[str], hypotheses: list[list[Hypothesis]], target_lang: str, options: SearchOptions) -> Translation:
         """Glue sentence translations back into one text; n-best and attention follow the sentences."""
         if not sentences:
             return Translation(text="", candidates=[Candidate("", 0.0)] * options.nbest)
