@@ -4,17 +4,19 @@ Beam search keeps ``beam_size`` live hypotheses per sentence in one (sentences �
 decoder's key/value cache (reordered with one ``index_select`` per step), moves a hypothesis to the
 sentence's finished list when it emits EOS, and drops a sentence from the batch once it has ``beam_size``
 finished hypotheses, so the batch shrinks as sentences complete. The beams of a sentence share one copy of
-its encoder keys and values.
+its encoder keys and values. :class:`BeamSearch` also lets new sentences join between steps (the server's
+iteration-level batching); :func:`beam_search` is the same engine with one fixed batch.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Collection, Hashable, Sequence
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
 
-from nmt.model import Transformer
+from nmt.model import DecoderCache, Transformer
 
 
 @dataclass
@@ -26,6 +28,7 @@ class SearchOptions:
     length_penalty: float = 1.0  # score = log P / length^α
     no_repeat_ngram_size: int = 0
     return_attention: bool = False
+    banned_ids: tuple[int, ...] = ()  # never predicted, like PAD and BOS (the tokenizer's <bt> tag)
 
     def __post_init__(self) -> None:
         if self.beam_size < 1:
@@ -93,13 +96,15 @@ def best_next_tokens(
 ) -> tuple[Tensor, Tensor]:
     """Each row's ``k`` most probable allowed next tokens (rows × k) and their log-probabilities.
 
-    PAD and BOS are never predicted, nor tokens that would repeat a banned n-gram; a row at its length limit
-    may only end.
+    PAD, BOS and ``options.banned_ids`` are never predicted, nor tokens that would repeat a banned n-gram; a row at
+    its length limit may only end.
     """
     pad_id, bos_id, eos_id = special
     log_probs = logits.float().log_softmax(dim=-1)
     log_probs[:, pad_id] = float("-inf")
     log_probs[:, bos_id] = float("-inf")
+    if options.banned_ids:
+        log_probs[:, list(options.banned_ids)] = float("-inf")
     if options.no_repeat_ngram_size:
         log_probs.masked_fill_(banned_ngram_mask(prefixes[:, 1:], options.no_repeat_ngram_size, log_probs.size(-1)), float("-inf"))
     if bool(at_limit.any()):
@@ -108,67 +113,188 @@ def best_next_tokens(
     return top_k(log_probs, k)
 
 
-@torch.inference_mode()
-def beam_search(model: Transformer, source: Tensor, bos_id: int, eos_id: int, options: SearchOptions) -> list[list[Hypothesis]]:
-    """Translate a padded batch of source ids (B, S); returns each sentence's n-best, best first."""
-    model.eval()
-    pad_id, beam, device = model.config.pad_id, options.beam_size, source.device
-    sentences, width = source.size(0), 2 * beam  # 2·beam candidates: enough to refill the beam after EOS
-    memory, memory_mask = model.encode(source)
-    cache = model.start_cache(memory, memory_mask)  # one encoder-side row per sentence, read by all its beams
-    max_lengths = max_target_lengths(source, pad_id, options, model.config.max_positions)
+@dataclass(eq=False)
+class _Sentence:
+    """A sentence in a running beam search: whose it is, where it started, how far it may go, what it found."""
 
-    active = torch.arange(sentences, device=device)  # original index of each sentence still searching
-    prefixes = torch.full((sentences * beam, 1), bos_id, dtype=torch.long, device=device)
-    scores = torch.full((sentences, beam), float("-inf"), device=device)
-    scores[:, 0] = 0.0  # all beams start identical: expand only the first at step one
-    attention: Tensor | None = None
-    finished: list[list[Hypothesis]] = [[] for _ in range(sentences)]
+    key: Hashable  # the caller's name for it, returned with its n-best
+    max_length: int  # target tokens, EOS included
+    start: int  # the cache position of its BOS: it joined the search after ``start`` steps
+    steps: int = 0
+    finished: list[Hypothesis] = field(default_factory=list)
 
-    for step in range(int(max_lengths.max())):
-        logits, step_attention = model.decode_step(prefixes[:, -1], cache, need_weights=options.return_attention)
-        at_limit = (max_lengths[active] <= step + 1).repeat_interleave(beam)
+
+class BeamSearch:
+    """Beam search over a running set of sentences: new ones join between steps, finished ones leave at once.
+
+    Each live sentence keeps ``beam_size`` hypotheses, rows of one (sentences × beams) batch that shares the
+    decoder's key/value cache (reordered with one ``index_select`` per step); a hypothesis that emits EOS moves
+    to its sentence's finished list, and the sentence leaves with its n-best once it has ``beam_size`` finished
+    hypotheses or reaches its length limit. The beams of a sentence share one copy of its encoder keys and values.
+
+    A sentence that joins a running search (:meth:`add`) starts at the cache's current position: its earlier
+    self-attention positions are zero-filled and masked, its token positions count from its own start
+    (``DecoderCache.starts``) and its source is padded to the batch's width and masked, so its translation is
+    the one it gets alone. Positions that no live sentence reads any more are dropped as sentences leave.
+    :func:`beam_search` is this engine with every sentence added at once.
+    """
+
+    def __init__(self, model: Transformer, bos_id: int, eos_id: int, options: SearchOptions):
+        model.eval()
+        self.model, self.options, self.special = model, options, (model.config.pad_id, bos_id, eos_id)
+        self._reset()
+
+    def _reset(self) -> None:
+        """Empty: the next sentences start a fresh cache, with no positions or source width left from earlier ones."""
+        self._sentences: list[_Sentence] = []
+        self._cache: DecoderCache | None = None
+        self._prefixes: Tensor | None = None  # (rows, steps + 1): column i is the token fed at cache position i
+        self._scores: Tensor | None = None  # (sentences, beam) running log-probabilities
+        self._attention: Tensor | None = None  # (rows, steps, source width) when options.return_attention
+
+    def __len__(self) -> int:
+        """Sentences still searching."""
+        return len(self._sentences)
+
+    @property
+    def keys(self) -> list[Hashable]:
+        return [sentence.key for sentence in self._sentences]
+
+    @torch.inference_mode()
+    def add(self, source: Tensor, keys: Sequence[Hashable]) -> None:
+        """Let a padded batch of source ids (B, S) join the search, one key per row; they take their first step next."""
+        model, beam = self.model, self.options.beam_size
+        pad_id, bos_id, _ = self.special
+        memory, memory_mask = model.encode(source)
+        cache = model.start_cache(memory, memory_mask)
+        cache.select_hypotheses(torch.arange(len(keys), device=source.device).repeat_interleave(beam))  # beam rows each
+        start = 0 if self._cache is None else self._cache.steps
+        limits = max_target_lengths(source, pad_id, self.options, model.config.max_positions).tolist()
+        prefixes = torch.full((len(keys) * beam, start + 1), pad_id, dtype=torch.long, device=source.device)
+        prefixes[:, -1] = bos_id
+        scores = torch.full((len(keys), beam), float("-inf"), device=source.device)
+        scores[:, 0] = 0.0  # all beams start identical: expand only the first at its first step
+        if self._cache is None:
+            self._cache, self._prefixes, self._scores = cache, prefixes, scores
+        else:
+            self._cache.join(cache)
+            self._prefixes, self._scores = torch.cat([self._prefixes, prefixes]), torch.cat([self._scores, scores])
+            if self._attention is not None:
+                rows, steps, width = self._attention.shape
+                attention = self._attention.new_zeros(rows + prefixes.size(0), steps, self._cache.memory_mask.size(-1))
+                attention[:rows, :, :width] = self._attention
+                self._attention = attention
+        self._sentences += [_Sentence(key, limit, start) for key, limit in zip(keys, limits)]
+        self._update_starts()
+
+    @torch.inference_mode()
+    def step(self) -> list[tuple[Hashable, list[Hypothesis]]]:
+        """Advance every live sentence by one token; returns the sentences that finished, with their n-best."""
+        options, beam, (pad_id, bos_id, eos_id) = self.options, self.options.beam_size, self.special
+        live, width, device = len(self._sentences), 2 * beam, self._prefixes.device  # 2·beam: refills the beam after EOS
+        logits, step_attention = self.model.decode_step(self._prefixes[:, -1], self._cache, need_weights=options.return_attention)
+        at_limit = torch.tensor([s.steps + 1 >= s.max_length for s in self._sentences], device=device)
         # A sentence's best `width` continuations are among the best `width` of each of its beams.
-        row_log_probs, row_tokens = best_next_tokens(logits, width, prefixes, at_limit, options, (pad_id, bos_id, eos_id))
+        row_log_probs, row_tokens = best_next_tokens(
+            logits, width, self._prefixes, at_limit.repeat_interleave(beam), options, self.special
+        )
         if step_attention is not None:
             step_attention = step_attention[:, None].float()
-            attention = step_attention if attention is None else torch.cat([attention, step_attention], dim=1)
+            self._attention = step_attention if self._attention is None else torch.cat([self._attention, step_attention], dim=1)
 
-        candidates = (scores.view(-1, 1) + row_log_probs).view(len(active), beam * width)
+        candidates = (self._scores.view(-1, 1) + row_log_probs).view(live, beam * width)
         top_scores, top_index = candidates.topk(width, dim=1)
-        origin, token = top_index // width, row_tokens.view(len(active), beam * width).gather(1, top_index)
-        origin_row = origin + torch.arange(len(active), device=device)[:, None] * beam
+        origin, token = top_index // width, row_tokens.view(live, beam * width).gather(1, top_index)
+        origin_row = origin + torch.arange(live, device=device)[:, None] * beam
         ends = (token == eos_id) & (top_scores > float("-inf"))
 
         # An EOS among the best `beam` candidates finishes a hypothesis (later ones are worse than live beams).
         for s, k in ends[:, :beam].nonzero().tolist():
-            row = int(origin_row[s, k])
-            finished[int(active[s])].append(
+            sentence, row = self._sentences[s], int(origin_row[s, k])
+            sentence.finished.append(
                 Hypothesis(
-                    tokens=prefixes[row, 1:].tolist(),
-                    score=length_normalise(float(top_scores[s, k]), step + 1, options.length_penalty),
-                    attention=None if attention is None else attention[row].cpu(),
+                    tokens=self._prefixes[row, sentence.start + 1 :].tolist(),
+                    score=length_normalise(float(top_scores[s, k]), sentence.steps + 1, options.length_penalty),
+                    attention=None if self._attention is None else self._attention[row, sentence.start :].cpu(),
                 )
             )
-        done = torch.tensor([len(finished[int(i)]) >= beam for i in active.tolist()], device=device)
-        if bool(done.all()):
-            break
+        done = [len(sentence.finished) >= beam or bool(limit) for sentence, limit in zip(self._sentences, at_limit)]
+        finished = [
+            (sentence.key, sorted(sentence.finished, key=lambda h: h.score, reverse=True)[: options.nbest])
+            for sentence, is_done in zip(self._sentences, done)
+            if is_done
+        ]
+        for sentence in self._sentences:
+            sentence.steps += 1
+        if all(done):
+            self._reset()
+            return finished
 
         # The best `beam` non-EOS candidates live on: sort EOS ones behind, keep rank order otherwise.
         order = (ends.long() * width + torch.arange(width, device=device)).argsort(dim=1)[:, :beam]
-        keep = ~done
-        next_scores = top_scores.gather(1, order)[keep]
+        keep = ~torch.tensor(done, device=device)
+        self._scores = top_scores.gather(1, order)[keep]
         next_rows = origin_row.gather(1, order)[keep].view(-1)
-        next_tokens = token.gather(1, order)[keep].view(-1, 1)
-        active, scores = active[keep], next_scores
-        prefixes = torch.cat([prefixes.index_select(0, next_rows), next_tokens], dim=1)
-        if attention is not None:
-            attention = attention.index_select(0, next_rows)
-        cache.select_hypotheses(next_rows)  # the encoder side is one row per sentence: only leaving sentences change it
-        if bool(done.any()):
-            cache.select_sources(keep.nonzero().squeeze(1))
+        self._prefixes = torch.cat([self._prefixes.index_select(0, next_rows), token.gather(1, order)[keep].view(-1, 1)], dim=1)
+        self._keep(keep.nonzero().squeeze(1), next_rows)
+        return finished
 
-    return [sorted(hyps, key=lambda h: h.score, reverse=True)[: options.nbest] for hyps in finished]
+    @torch.inference_mode()
+    def remove(self, keys: Collection[Hashable]) -> None:
+        """Drop sentences nobody waits for any more (a cancelled request): the next step runs without them."""
+        kept = [i for i, sentence in enumerate(self._sentences) if sentence.key not in keys]
+        if len(kept) == len(self._sentences):
+            return
+        if not kept:
+            self._reset()
+            return
+        beam, device = self.options.beam_size, self._prefixes.device
+        sentences = torch.tensor(kept, device=device)
+        rows = (sentences[:, None] * beam + torch.arange(beam, device=device)).view(-1)
+        self._scores, self._prefixes = self._scores.index_select(0, sentences), self._prefixes.index_select(0, rows)
+        self._keep(sentences, rows)
+
+    def _keep(self, sentences: Tensor, rows: Tensor) -> None:
+        """Keep these sentences (indices into the live list) and these hypothesis rows of the cache and attention."""
+        if self._attention is not None:
+            self._attention = self._attention.index_select(0, rows)
+        self._cache.select_hypotheses(rows)  # the encoder side is one row per sentence: only leaving sentences change it
+        if len(sentences) < len(self._sentences):
+            self._cache.select_sources(sentences)
+            self._sentences = [self._sentences[i] for i in sentences.tolist()]
+            self._forget_unread_steps()
+        self._update_starts()
+
+    def _forget_unread_steps(self) -> None:
+        """Drop the cache positions from before the oldest live sentence joined: no row attends to them."""
+        offset = min(sentence.start for sentence in self._sentences)
+        if not offset:
+            return
+        self._cache.forget_steps(offset)
+        self._prefixes = self._prefixes[:, offset:]
+        if self._attention is not None:
+            self._attention = self._attention[:, offset:]
+        for sentence in self._sentences:
+            sentence.start -= offset
+
+    def _update_starts(self) -> None:
+        """Per-row starts for the model, or None while every sentence started together (the plain, unmasked path)."""
+        starts = [sentence.start for sentence in self._sentences]
+        self._cache.starts = (
+            None if not any(starts)
+            else torch.tensor(starts, device=self._prefixes.device).repeat_interleave(self.options.beam_size)
+        )
+
+
+@torch.inference_mode()
+def beam_search(model: Transformer, source: Tensor, bos_id: int, eos_id: int, options: SearchOptions) -> list[list[Hypothesis]]:
+    """Translate a padded batch of source ids (B, S); returns each sentence's n-best, best first."""
+    engine = BeamSearch(model, bos_id, eos_id, options)
+    engine.add(source, range(source.size(0)))
+    results: dict[Hashable, list[Hypothesis]] = {}
+    while engine:
+        results.update(engine.step())
+    return [results[i] for i in range(source.size(0))]
 
 
 @torch.inference_mode()

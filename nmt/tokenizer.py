@@ -6,6 +6,10 @@ source (Johnson et al., 2017). ``character_coverage=1.0`` keeps every Hangul syl
 and ``byte_fallback`` spells any other character (rare Hanja, emoji) as UTF-8 bytes, so nothing turns
 into ``<unk>`` and nothing ends a sentence early. Text is normalised by :func:`nmt.normalize.normalize`,
 not by SentencePiece's NFKC rule, which would break Hangul compatibility jamo.
+
+Tokenizers trained here also reserve ``<bt>``, which marks a back-translated (synthetic) source in training
+(Caswell et al., 2019, "Tagged Back-Translation"). Tokenizers trained before it existed have no such piece
+(``bt_id`` is None) and work exactly as before.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import sentencepiece as spm
 from nmt.normalize import normalize
 
 PAD, UNK, BOS, EOS = "<pad>", "<unk>", "<s>", "</s>"
+BACK_TRANSLATION_TAG = "<bt>"
 _TAG = re.compile(r"<2([a-z]{2,3})>")
 
 
@@ -53,6 +58,8 @@ class Tokenizer:
             for match in (_TAG.fullmatch(self.sp.id_to_piece(i)) for i in range(self.sp.get_piece_size()))
             if match
         ]
+        bt_id = self.sp.piece_to_id(BACK_TRANSLATION_TAG)  # unknown pieces map to <unk>
+        self.bt_id: int | None = bt_id if bt_id != self.unk_id else None
 
     @classmethod
     def train(cls, texts: Iterable[str], config: TokenizerConfig = TokenizerConfig()) -> Tokenizer:
@@ -68,7 +75,7 @@ class Tokenizer:
             pad_id=0, unk_id=1, bos_id=2, eos_id=3,
             pad_piece=PAD, unk_piece=UNK, bos_piece=BOS, eos_piece=EOS,
             # Control symbols, unlike user-defined ones, never match input text: typing "<2ko>" cannot pick the language.
-            control_symbols=[language_tag(lang) for lang in config.languages],
+            control_symbols=[*(language_tag(lang) for lang in config.languages), BACK_TRANSLATION_TAG],
             input_sentence_size=config.input_sentence_size,
             shuffle_input_sentence=True,
             hard_vocab_limit=False,
@@ -105,12 +112,21 @@ class Tokenizer:
             raise ValueError(f"language {lang!r} is not in this tokenizer (it has {', '.join(self.languages)})")
         return self.sp.piece_to_id(language_tag(lang))
 
-    def source_ids(self, text: str, target_lang: str, max_tokens: int | None = None) -> list[int]:
-        """``<2xx> tokens </s>``: the encoder input asking for a translation into ``target_lang``."""
+    def source_ids(self, text: str, target_lang: str, max_tokens: int | None = None, tagged: bool = False) -> list[int]:
+        """``<2xx> tokens </s>``: the encoder input asking for a translation into ``target_lang``.
+
+        ``tagged`` marks a synthetic source: ``<2xx> <bt> tokens </s>``. The language tag stays first, so position 0
+        means the same thing in every source and an untagged source is exactly what older models were trained on.
+        """
+        prefix = [self.language_id(target_lang)]
+        if tagged:
+            if self.bt_id is None:
+                raise ValueError(f"this tokenizer has no {BACK_TRANSLATION_TAG} piece: retrain it to tag sources")
+            prefix.append(self.bt_id)
         ids = self.encode(text)
         if max_tokens is not None:
-            ids = ids[: max_tokens - 2]
-        return [self.language_id(target_lang), *ids, self.eos_id]
+            ids = ids[: max_tokens - len(prefix) - 1]
+        return [*prefix, *ids, self.eos_id]
 
     def target_ids(self, text: str, max_tokens: int | None = None) -> list[int]:
         """``<s> tokens </s>``: the decoder sequence; inputs are ``[:-1]``, labels ``[1:]``."""

@@ -3,7 +3,7 @@ from pathlib import Path
 import pytest
 from datasets import Dataset
 
-from training.clean import CleaningConfig, HeldOut, clean, hangul_fraction, normalize_pairs
+from training.clean import CleaningConfig, HeldOut, clean, hangul_fraction, implausible_length_ratio, normalize_pairs
 from training.corpus import load_corpus
 from training.recipe import CorpusSpec
 
@@ -72,3 +72,10 @@ def test_hangul_fraction_counts_letters_only():
     assert hangul_fraction("Python 3.12!") == 0.0
     assert hangul_fraction("123 ...") == 0.0
     assert hangul_fraction("ㅋㅋㅋ") == 1.0
+
+
+def test_implausible_length_ratio_counts_bytes_and_spares_short_pairs():
+    assert implausible_length_ratio("네.", "Could you please send me the report by tomorrow morning?", 3.0, 40)
+    assert not implausible_length_ratio("네.", "Yes, sure.", 3.0, 40)  # too short to judge
+    assert not implausible_length_ratio("안녕하세요, 반갑습니다.", "Hello, nice to meet you.", 3.0, 10)  # 33 vs 24 bytes
+    assert implausible_length_ratio("a" * 10, "b" * 31, 3.0, 10) and not implausible_length_ratio("a" * 10, "b" * 30, 3.0, 10)

@@ -1,3 +1,4 @@
+import gzip
 import json
 import socket
 from pathlib import Path
@@ -5,8 +6,8 @@ from pathlib import Path
 import pytest
 from datasets import Dataset
 
-from training.corpus import load_corpus
-from training.recipe import CorpusSpec
+from training.corpus import load_corpus, load_monolingual
+from training.recipe import CorpusSpec, corpus_path
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -115,3 +116,39 @@ def test_hub_dataset_with_named_columns_and_splits(tmp_path, no_network):
 def test_unknown_format_lists_the_known_ones():
     with pytest.raises(ValueError, match="unknown format 'csv' .*parallel, tsv, jsonl, hub"):
         load_corpus(CorpusSpec(name="x", path="x.csv", format="csv"), FIXTURES)
+
+
+def test_monolingual_text_plain_or_gzip_keeps_every_line_in_order(tmp_path):
+    plain = FIXTURES / "mono.ko"
+    expected = plain.read_text(encoding="utf-8").split("\n")[:-1]
+    compressed = tmp_path / "mono.ko.gz"
+    compressed.write_bytes(gzip.compress(plain.read_bytes()))
+    for path in (plain, compressed):
+        corpus = load_monolingual(path, "ko")
+        assert corpus.column_names == ["ko"]
+        assert list(corpus["ko"]) == expected
+    assert "" in expected  # the fixture's empty line is a row, not skipped
+    assert list(load_monolingual(compressed, "ko", limit=3)["ko"]) == expected[:3]
+    assert len(load_monolingual(plain, "ko", limit=1000)) == len(expected)
+
+
+def test_monolingual_lines_split_only_on_newlines(tmp_path):
+    write_lines(tmp_path / "odd.en", ["first\u2028line", "second\x0cline"])
+    assert list(load_monolingual(tmp_path / "odd.en", "en")["en"]) == ["first\u2028line", "second\x0cline"]
+
+
+def test_monolingual_errors_name_the_problem(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"nowhere\.ko does not exist"):
+        load_monolingual(tmp_path / "nowhere.ko", "ko")
+    with pytest.raises(ValueError, match="'fr' is not one of ko, en"):
+        load_monolingual(FIXTURES / "mono.ko", "fr")
+
+
+def test_runs_and_absolute_paths_are_read_where_they_are(tmp_path):
+    data_dir = Path("../shared/data")
+    assert corpus_path(CorpusSpec(name="bt", path="runs/bt/kowiki/train"), data_dir) == Path("runs/bt/kowiki/train")
+    assert corpus_path(CorpusSpec(name="jhe", path="jhe/train"), data_dir) == data_dir / "jhe/train"
+    write_lines(tmp_path / "bt.ko", ["나는 학생입니다."])
+    write_lines(tmp_path / "bt.en", ["I am a student."])
+    corpus = load_corpus(CorpusSpec(name="bt", path=str(tmp_path / "bt")), FIXTURES)
+    assert corpus.to_dict() == {"ko": ["나는 학생입니다."], "en": ["I am a student."]}

@@ -1,5 +1,7 @@
 """The joint SentencePiece tokenizer: lossless on any Unicode text, special ids, language tags, save/load."""
 
+from pathlib import Path
+
 import pytest
 
 from nmt.normalize import normalize
@@ -88,3 +90,30 @@ def test_save_load_round_trip(tokenizer, tmp_path):
     assert loaded.languages == tokenizer.languages
     assert loaded.source_ids(text, "ko") == tokenizer.source_ids(text, "ko")
     assert loaded.decode(loaded.encode(text)) == text
+
+
+def test_back_translation_tag_is_one_reserved_token(tokenizer):
+    """``<bt>`` is a control piece: only ``tagged=True`` inserts it, typed text never encodes to it."""
+    assert tokenizer.pieces([tokenizer.bt_id]) == ["<bt>"]
+    assert tokenizer.bt_id not in tokenizer.encode("<bt> 나는 학생입니다. <bt>")
+    plain = tokenizer.source_ids("나는 학생입니다.", "en")
+    tagged = tokenizer.source_ids("나는 학생입니다.", "en", tagged=True)
+    assert tagged == [plain[0], tokenizer.bt_id, *plain[1:]]
+    assert tokenizer.decode(tagged) == tokenizer.decode(plain) == "나는 학생입니다."
+
+
+def test_tagged_source_truncation_keeps_tags_and_eos(tokenizer):
+    source = tokenizer.source_ids("오늘은 날씨가 좋습니다. " * 5, "en", max_tokens=6, tagged=True)
+    assert len(source) == 6
+    assert source[:2] == [tokenizer.language_id("en"), tokenizer.bt_id] and source[-1] == tokenizer.eos_id
+
+
+def test_tokenizer_from_before_the_tag_works_as_before():
+    """models/default was trained before ``<bt>`` existed: no tag id, the same sources, tagging refused."""
+    old = Tokenizer.load(Path(__file__).parent.parent / "models" / "default" / "spm.model")
+    assert old.bt_id is None
+    assert "<bt>" not in old.pieces(range(old.vocab_size))
+    text_ids = old.encode("나는 학생입니다.")
+    assert old.source_ids("나는 학생입니다.", "en") == [old.language_id("en"), *text_ids, old.eos_id]
+    with pytest.raises(ValueError, match="no <bt> piece"):
+        old.source_ids("나는 학생입니다.", "en", tagged=True)

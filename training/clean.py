@@ -145,6 +145,13 @@ def hangul_fraction(text: str) -> float:
     return sum(1 for letter in letters if _HANGUL.match(letter)) / len(letters) if letters else 0.0
 
 
+def implausible_length_ratio(first: str, second: str, max_byte_ratio: float, min_bytes: int) -> bool:
+    """One text has more than ``max_byte_ratio`` times the UTF-8 bytes of the other, the longer having at least
+    ``min_bytes`` (shorter pairs vary too much to judge)."""
+    shorter, longer = sorted((len(first.encode()), len(second.encode())))
+    return longer >= min_bytes and longer > max_byte_ratio * shorter
+
+
 def _drop_reason(ko: str, en: str, config: CleaningConfig) -> str | None:
     """The first filter, in :data:`DROP_REASONS` order, that the pair fails on its own (without other pairs)."""
     if not ko or not en:
@@ -159,7 +166,6 @@ def _drop_reason(ko: str, en: str, config: CleaningConfig) -> str | None:
         return "no_hangul_in_korean"
     if hangul_fraction(en) > config.max_hangul_in_english:
         return "hangul_in_english"
-    shorter, longer = sorted((len(ko.encode()), len(en.encode())))
-    if longer >= config.ratio_min_bytes and longer > config.max_byte_ratio * shorter:
+    if implausible_length_ratio(ko, en, config.max_byte_ratio, config.ratio_min_bytes):
         return "length_ratio"
     return None

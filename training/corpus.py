@@ -12,7 +12,7 @@ from pathlib import Path
 
 from datasets import Dataset, Features, Value, load_dataset
 
-from training.recipe import CorpusSpec
+from training.recipe import CorpusSpec, corpus_path
 
 LANGUAGES = ("ko", "en")
 PAIR_FEATURES = Features({lang: Value("string") for lang in LANGUAGES})
@@ -29,6 +29,20 @@ def load_corpus(spec: CorpusSpec, data_dir: str | Path = ".") -> Dataset:
     if spec.format not in loaders:
         raise ValueError(f"corpus {spec.name!r}: unknown format {spec.format!r} (known: {', '.join(loaders)})")
     return loaders[spec.format](spec, Path(data_dir))
+
+
+def load_monolingual(path: str | Path, lang: str, limit: int | None = None) -> Dataset:
+    """The first ``limit`` lines (all if None) of a one-sentence-per-line file as rows ``{lang: str}``.
+
+    ``datasets``' text loader reads plain or compressed files alike (``.gz``, ``.bz2``, ``.xz``, ``.zst``) and
+    splits on line ends only, so line numbers match ``wc -l`` of the uncompressed text.
+    """
+    if lang not in LANGUAGES:
+        raise ValueError(f"language {lang!r} is not one of {', '.join(LANGUAGES)}")
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"{path} does not exist")
+    split = "train" if limit is None else f"train[:{limit}]"
+    return load_dataset("text", data_files=str(path), split=split).rename_column("text", lang)
 
 
 def _load_parallel(spec: CorpusSpec, data_dir: Path) -> Dataset:
@@ -94,7 +108,7 @@ def _pair_columns(dataset: Dataset, spec: CorpusSpec) -> Dataset:
 def _existing_file(spec: CorpusSpec, data_dir: Path, suffix: str = "") -> Path:
     if not spec.path:
         raise ValueError(f"corpus {spec.name!r}: format {spec.format!r} needs a 'path'")
-    path = data_dir / f"{spec.path}{suffix}"
+    path = Path(f"{corpus_path(spec, data_dir)}{suffix}")
     if not path.is_file():
         raise FileNotFoundError(f"corpus {spec.name!r}: {path} does not exist")
     return path

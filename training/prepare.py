@@ -4,9 +4,11 @@
 
 writes into RUN_DIR:
 
-- ``spm.model``: the joint SentencePiece tokenizer, trained on each distinct cleaned training pair once;
+- ``spm.model``: the joint SentencePiece tokenizer, trained on each distinct cleaned human training pair once;
 - ``data/train/``: a ``Dataset.save_to_disk`` of one example per (weighted) training pair and direction, with
   ``source`` (``tokenizer.source_ids``), ``target`` (``tokenizer.target_ids``), ``direction`` ("ko-en"), ``corpus``;
+  a synthetic (back-translated) corpus gives examples only in the direction out of its synthetic side, their
+  sources tagged ``<2xx> <bt>`` if the corpus is ``tagged``;
 - ``data/dev.jsonl``, ``data/test.jsonl``: ``{"corpus", "source_lang", "target_lang", "source", "target"}`` per pair
   and direction, normalised but never filtered;
 - ``data/report.json``: what cleaning dropped per corpus and reason, the weighted totals, the examples per
@@ -45,7 +47,7 @@ from training.clean import (
     normalize_pairs,
 )
 from training.corpus import LANGUAGES, load_corpus
-from training.recipe import Recipe, load_recipe
+from training.recipe import CorpusSpec, Recipe, load_recipe
 
 FORMAT_VERSION = 1  # bump when the layout of RUN_DIR/data changes, so old runs are rebuilt
 TRAIN_FEATURES = Features({
@@ -73,6 +75,9 @@ def prepare(recipe: Recipe, run_dir: Path, num_proc: int = 2, force: bool = Fals
     cleaned: list[Dataset] = []
     reports: list[CleaningReport] = []
     for spec in recipe.train:
+        if not spec.directions(recipe.directions):
+            raise ValueError(f"corpus {spec.name!r}: synthetic side {spec.synthetic!r} is the source of none of the "
+                             f"recipe's directions {recipe.directions}")
         print(f"cleaning {spec.name}", flush=True)
         pairs, report = clean(load_corpus(spec, recipe.data_dir), config, held_out, corpus=spec.name)
         cleaned.append(pairs)
@@ -80,18 +85,26 @@ def prepare(recipe: Recipe, run_dir: Path, num_proc: int = 2, force: bool = Fals
 
     print("training the tokenizer", flush=True)
     tokenizer_config = TokenizerConfig(**recipe.tokenizer)
-    train_texts = _distinct_texts(cleaned)
+    # Synthetic corpora stay out: their machine-made side would teach the tokenizer the model's own output, and
+    # leaving them out keeps the vocabulary of a recipe with back-translation equal to the one without (an A/B
+    # then compares data, not tokenizers). Byte fallback covers whatever only they contain.
+    train_texts = _distinct_texts([pairs for spec, pairs in zip(recipe.train, cleaned) if spec.synthetic is None])
     tokenizer = Tokenizer.train(train_texts, tokenizer_config)
 
     print("tokenizing", flush=True)
     weighted: list[Dataset] = []
     for spec, pairs, report in zip(recipe.train, cleaned, reports):
-        if config.max_tokens is not None:
-            pairs = drop_too_many_tokens(pairs, tokenizer, config.max_tokens, report)
+        if config.max_tokens is not None:  # a tagged source carries <bt> as one more token
+            pairs = drop_too_many_tokens(pairs, tokenizer, config.max_tokens - int(spec.tagged), report)
         rng = random.Random(f"{recipe.seed}:{spec.name}")  # per corpus: adding a corpus leaves the others' samples
         sample = pairs.select(weighted_indices(len(pairs), spec.weight, rng))
         weighted.append(sample.add_column("corpus", [spec.name] * len(sample)))
-    train = _tokenize(concatenate_datasets(weighted), tokenizer, recipe.directions, num_proc)
+    human = [sample for spec, sample in zip(recipe.train, weighted) if spec.synthetic is None]
+    train = concatenate_datasets([
+        *([_tokenize(concatenate_datasets(human), tokenizer, recipe.directions, num_proc)] if human else []),
+        *(_tokenize(sample, tokenizer, spec.directions(recipe.directions), num_proc, tagged=spec.tagged)
+          for spec, sample in zip(recipe.train, weighted) if spec.synthetic is not None),
+    ])
 
     dev_texts = [text for pairs in dev.values() for lang in LANGUAGES for text in pairs.to_dict()[lang]]
     staging = run_dir / "data.partial"
@@ -131,14 +144,18 @@ def recipe_hash(recipe: Recipe) -> str:
         "format": FORMAT_VERSION,
         "data_dir": str(recipe.data_dir.resolve()),
         "directions": [list(direction) for direction in recipe.directions],
-        "corpora": {
-            split: [dataclasses.asdict(spec) for spec in getattr(recipe, split)] for split in ("train", "dev", "test")
-        },
+        "corpora": {split: [_spec_settings(spec) for spec in getattr(recipe, split)] for split in ("train", "dev", "test")},
         "cleaning": recipe.cleaning,
         "tokenizer": recipe.tokenizer,
         "seed": recipe.seed,
     }
     return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _spec_settings(spec: CorpusSpec) -> dict:
+    """A corpus's fields for the hash; the back-translation ones only when set, so older recipes keep their hash."""
+    settings = dataclasses.asdict(spec)
+    return {key: value for key, value in settings.items() if key not in ("synthetic", "tagged") or value}
 
 
 def weighted_indices(size: int, weight: float, rng: random.Random) -> list[int]:
@@ -167,10 +184,13 @@ def _distinct_texts(corpora: list[Dataset]) -> list[str]:
     return [text for pair in pairs for text in pair]
 
 
-def _tokenize(pairs: Dataset, tokenizer: Tokenizer, directions: list[tuple[str, str]], num_proc: int) -> Dataset:
+def _tokenize(
+    pairs: Dataset, tokenizer: Tokenizer, directions: list[tuple[str, str]], num_proc: int, tagged: bool = False
+) -> Dataset:
     return concatenate_datasets([
         pairs.map(
-            partial(_encode_direction, tokenizer=tokenizer, source_lang=source_lang, target_lang=target_lang),
+            partial(_encode_direction, tokenizer=tokenizer, source_lang=source_lang, target_lang=target_lang,
+                    tagged=tagged),
             batched=True,
             num_proc=num_proc if num_proc > 1 and len(pairs) > 1000 else None,  # worker start-up costs more
             remove_columns=pairs.column_names,
@@ -180,9 +200,9 @@ def _tokenize(pairs: Dataset, tokenizer: Tokenizer, directions: list[tuple[str, 
     ])
 
 
-def _encode_direction(batch: dict, tokenizer: Tokenizer, source_lang: str, target_lang: str) -> dict:
+def _encode_direction(batch: dict, tokenizer: Tokenizer, source_lang: str, target_lang: str, tagged: bool) -> dict:
     return {
-        "source": [tokenizer.source_ids(text, target_lang) for text in batch[source_lang]],
+        "source": [tokenizer.source_ids(text, target_lang, tagged=tagged) for text in batch[source_lang]],
         "target": [tokenizer.target_ids(text) for text in batch[target_lang]],
         "direction": [f"{source_lang}-{target_lang}"] * len(batch["corpus"]),
         "corpus": batch["corpus"],

@@ -1,7 +1,9 @@
 """A training recipe: which corpora to read and how, and how to build, train and evaluate the model.
 
 Recipes are YAML files under ``configs/``. Corpus paths are relative to ``data_dir`` (``${DATA_DIR}`` in the
-file, filled from the Makefile's ``DATA_DIR ?= ../shared/data``); a corpus may instead name a Hub dataset id.
+file, filled from the Makefile's ``DATA_DIR ?= ../shared/data``), except absolute ones and those under ``runs/``
+(our own outputs, such as back-translated corpora, relative to the working directory); a corpus may instead name
+a Hub dataset id.
 """
 
 from __future__ import annotations
@@ -21,6 +23,10 @@ class CorpusSpec:
     ``columns`` maps our language codes to the corpus's column names where they differ (for ``tsv``: to
     0-based column positions).
     ``weight`` oversamples (2.0 = every pair twice) or undersamples (0.5 = half the pairs) the corpus.
+    ``synthetic`` names the machine-translated side of a back-translated corpus ("en" for real Korean text
+    translated into English): the corpus then trains only the direction out of that language, so the model
+    always learns to produce real text. ``tagged`` puts the tokenizer's ``<bt>`` piece after the language tag
+    of those sources (Caswell et al., 2019), so the model can tell synthetic input from human input.
     """
 
     name: str
@@ -31,6 +37,26 @@ class CorpusSpec:
     subset: str | None = None
     columns: dict[str, str | int] = field(default_factory=dict)
     weight: float = 1.0
+    synthetic: str | None = None
+    tagged: bool = False
+
+    def __post_init__(self) -> None:
+        if self.tagged and self.synthetic is None:
+            raise ValueError(f"corpus {self.name!r}: 'tagged' marks synthetic sources; say which side is synthetic "
+                             "with 'synthetic: ko' or 'synthetic: en'")
+
+    def directions(self, recipe_directions: list[tuple[str, str]]) -> list[tuple[str, str]]:
+        """The recipe's directions this corpus trains: all of them, or for a synthetic corpus the one out of it."""
+        return [d for d in recipe_directions if self.synthetic in (None, d[0])]
+
+
+RUNS_DIR = "runs"  # corpora under it are our own outputs, read where they are rather than under data_dir
+
+
+def corpus_path(spec: CorpusSpec, data_dir: Path) -> Path:
+    """Where a local corpus lives: ``runs/...`` and absolute paths as written, others under ``data_dir``."""
+    path = Path(spec.path)
+    return path if path.parts[:1] == (RUNS_DIR,) or path.is_absolute() else data_dir / path
 
 
 @dataclass
@@ -48,7 +74,7 @@ class Recipe:
     seed: int = 0  # seeds the random subsets that fractional corpus weights take
 
     def resolve(self, spec: CorpusSpec) -> Path:
-        return self.data_dir / spec.path
+        return corpus_path(spec, self.data_dir)
 
 
 def load_recipe(path: str | Path, data_dir: str | Path | None = None) -> Recipe:
