@@ -17,9 +17,15 @@ BENCH_THREADS ?= 2
 TEXT     ?= 나는 학생입니다
 SRC      ?= ko
 TGT      ?= en
+BT_INPUT ?= ../shared/mono/ko-kowiki/text.ko
+BT_LANG  ?= ko
+BT_OUT   ?= runs/bt/$(notdir $(patsubst %/,%,$(dir $(BT_INPUT))))-$(BT_SEARCH)
+BT_LIMIT ?=
+BT_SEARCH ?= beam
+BT_THREADS ?= 2
 export DATA_DIR HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1
 
-.PHONY: help install proto test data train cooldown eval average release serve translate plot-attention bench bench-decode bench-serve bench-train bench-profile clean
+.PHONY: help install proto test data train cooldown backtranslate eval average release serve translate plot-attention bench bench-decode bench-serve bench-train bench-profile clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -47,6 +53,13 @@ ifeq ($(NPROC),1)
 	$(PY) -m training.train --config $(CONFIG) --run-dir $(RUN_DIR)
 else
 	$(VENV)/bin/torchrun --standalone --nproc_per_node=$(NPROC) -m training.train --config $(CONFIG) --run-dir $(RUN_DIR)
+endif
+
+backtranslate: install  ## translate BT_INPUT (language BT_LANG) with $(MODEL) into the corpus folder BT_OUT; resumable
+ifeq ($(NPROC),1)
+	$(PY) -m training.backtranslate --model $(MODEL) --input $(BT_INPUT) --lang $(BT_LANG) --out $(BT_OUT) --search $(BT_SEARCH) --threads $(BT_THREADS) $(if $(BT_LIMIT),--limit $(BT_LIMIT))
+else
+	$(VENV)/bin/torchrun --standalone --nproc_per_node=$(NPROC) -m training.backtranslate --model $(MODEL) --input $(BT_INPUT) --lang $(BT_LANG) --out $(BT_OUT) --search $(BT_SEARCH) --threads $(BT_THREADS) $(if $(BT_LIMIT),--limit $(BT_LIMIT))
 endif
 
 eval: install  ## BLEU/chrF of $(MODEL) on the recipe's dev and test sets, report in $(MODEL)/eval.json

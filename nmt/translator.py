@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,6 +18,8 @@ from nmt.sentences import split_sentences
 from nmt.tokenizer import Tokenizer
 
 DEFAULT_MODEL_DIR = Path(__file__).resolve().parent.parent / "models" / "default"
+# How a batch is decoded: nmt.search.search (beam or greedy), or nmt.sampling.sample with its options bound.
+Strategy = Callable[[Transformer, torch.Tensor, int, int, SearchOptions], list[list[Hypothesis]]]
 
 
 def resolve_device(device: str) -> torch.device:
@@ -101,20 +104,30 @@ class Translator:
             position += len(group)
         return results
 
-    def translate_sentences(self, sentences: Sequence[str], target_lang: str, options: SearchOptions) -> list[list[Hypothesis]]:
+    def translate_sentences(
+        self, sentences: Sequence[str], target_lang: str, options: SearchOptions, strategy: Strategy = search
+    ) -> list[list[Hypothesis]]:
         """n-best lists for single sentences, decoded in length-sorted batches of at most ``max_batch_tokens``."""
         encoded = [self.tokenizer.source_ids(s, target_lang, self.max_source_tokens) for s in sentences]
         order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
         results: list[list[Hypothesis]] = [[] for _ in encoded]
         for batch in self._batches(order, encoded, options.beam_size):
-            for i, nbest in zip(batch, self.search_ids([encoded[i] for i in batch], options)):
+            for i, nbest in zip(batch, self.search_ids([encoded[i] for i in batch], options, strategy)):
                 results[i] = nbest
         return results
 
-    def search_ids(self, sources: Sequence[Sequence[int]], options: SearchOptions) -> list[list[Hypothesis]]:
-        """n-best lists for one batch of encoder inputs (``<2xx> tokens </s>`` ids), decoded together."""
+    def search_ids(
+        self, sources: Sequence[Sequence[int]], options: SearchOptions, strategy: Strategy = search
+    ) -> list[list[Hypothesis]]:
+        """n-best lists for one batch of encoder inputs (``<2xx> tokens </s>`` ids), decoded together.
+
+        The ``<bt>`` tag marks synthetic training sources: an output must never contain it.
+        """
+        bt_id = self.tokenizer.bt_id
+        if bt_id is not None and bt_id not in options.banned_ids:
+            options = dataclasses.replace(options, banned_ids=(*options.banned_ids, bt_id))
         with decoding_context(self.precision, self.device):
-            return search(self.inference_model, self._pad(sources), self.tokenizer.bos_id, self.tokenizer.eos_id, options)
+            return strategy(self.inference_model, self._pad(sources), self.tokenizer.bos_id, self.tokenizer.eos_id, options)
 
     def _batches(self, order: list[int], encoded: list[list[int]], beam_size: int) -> list[list[int]]:
         """Greedy packing of length-sorted sentences so that longest × count × beam stays within budget."""
