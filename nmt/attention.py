@@ -63,6 +63,26 @@ class KeyValueCache:
                 buffer[: self.length] = getattr(self, name)[: self.length]
             setattr(self, name, buffer)
 
+    def append_rows(self, other: KeyValueCache) -> None:
+        """Add ``other``'s batch rows after ours, e.g. sentences joining a running search.
+
+        The side with fewer positions is zero-filled up to the other's length; the caller masks those positions
+        (zeros, not garbage: a masked value still meets a zero weight).
+        """
+        length, rows = max(self.length, other.length), self._keys.size(1)
+        for name in ("_keys", "_values"):
+            mine, theirs = getattr(self, name), getattr(other, name)
+            buffer = mine.new_zeros(max(mine.size(0), length), rows + theirs.size(1), *mine.shape[2:])
+            buffer[: self.length, :rows] = mine[: self.length]
+            buffer[: other.length, rows:] = theirs[: other.length]
+            setattr(self, name, buffer)
+        self.length = length
+
+    def drop_first(self, count: int) -> None:
+        """Forget the oldest ``count`` positions, once no row reads them any more (a view: no copy)."""
+        self._keys, self._values = self._keys[count:], self._values[count:]
+        self.length -= count
+
     def select(self, rows: Tensor) -> None:
         """Keep (and reorder) batch rows, e.g. after beam search picks which hypotheses survive."""
         for name in ("_keys", "_values"):

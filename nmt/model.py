@@ -54,9 +54,13 @@ class SinusoidalPositions(nn.Module):
         table[:, d_model // 2 :] = torch.cos(position * frequency)
         self.register_buffer("table", table, persistent=False)
 
-    def forward(self, length: int, start: int = 0) -> Tensor:
-        if start + length > self.table.size(0):
-            raise ValueError(f"sequence of {start + length} tokens exceeds max_positions {self.table.size(0)}")
+    def forward(self, length: int, start: int | Tensor = 0) -> Tensor:
+        """Positions ``start … start + length - 1`` (length, d); a tensor of starts (B,) gives each row its own (B, length, d)."""
+        end = int(start.max()) + length if isinstance(start, Tensor) else start + length
+        if end > self.table.size(0):
+            raise ValueError(f"sequence of {end} tokens exceeds max_positions {self.table.size(0)}")
+        if isinstance(start, Tensor):
+            return self.table[start[:, None] + torch.arange(length, device=start.device)]
         return self.table[start : start + length]
 
 
@@ -130,6 +134,32 @@ class DecoderCache:
     layers: list[LayerCache]
     memory_mask: Tensor  # (N, 1, 1, S)
     steps: int = 0
+    # Per self-attention row, the step at which its sentence joined a running search (None: all at step 0).
+    # A row attends only to its own positions and counts its positions from there (see nmt.search.BeamSearch).
+    starts: Tensor | None = None
+
+    def self_attention_mask(self) -> Tensor | None:
+        """Which cached positions (the one being added included) each row may attend to: (N, 1, 1, steps + 1)."""
+        if self.starts is None:
+            return None
+        return (torch.arange(self.steps + 1, device=self.starts.device) >= self.starts[:, None])[:, None, None, :]
+
+    def join(self, other: DecoderCache) -> None:
+        """Add the rows of a search that has not stepped yet after ours; the shorter sources are padded and masked."""
+        for mine, theirs in zip(self.layers, other.layers):
+            mine.self_attn.append_rows(theirs.self_attn)
+            mine.cross_attn.append_rows(theirs.cross_attn)
+        width = max(self.memory_mask.size(-1), other.memory_mask.size(-1))
+        mask = self.memory_mask.new_zeros(self.memory_mask.size(0) + other.memory_mask.size(0), 1, 1, width)
+        mask[: self.memory_mask.size(0), ..., : self.memory_mask.size(-1)] = self.memory_mask
+        mask[self.memory_mask.size(0) :, ..., : other.memory_mask.size(-1)] = other.memory_mask
+        self.memory_mask = mask
+
+    def forget_steps(self, count: int) -> None:
+        """Drop the oldest ``count`` self-attention positions, which only rows that have left could read."""
+        for layer in self.layers:
+            layer.self_attn.drop_first(count)
+        self.steps -= count
 
     def select_hypotheses(self, rows: Tensor) -> None:
         """Keep and reorder the self-attention rows, e.g. after beam search picks the surviving hypotheses."""
@@ -197,7 +227,7 @@ class Transformer(nn.Module):
         self.decoder_norm = nn.LayerNorm(c.d_model) if c.pre_norm else nn.Identity()
         self.output = None if c.tie_output else nn.Linear(c.d_model, c.vocab_size, bias=False)
 
-    def embed(self, tokens: Tensor, start: int = 0) -> Tensor:
+    def embed(self, tokens: Tensor, start: int | Tensor = 0) -> Tensor:
         x = self.embedding(tokens) * math.sqrt(self.config.d_model)
         return self.dropout(x + self.positions(tokens.size(1), start))
 
@@ -247,10 +277,11 @@ class Transformer(nn.Module):
 
     def decode_step(self, tokens: Tensor, cache: DecoderCache, need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
         """One incremental step: the newest token per row (N,) → next-token logits (N, V) and cross-attention (N, S)."""
-        x, weights = self.embed(tokens[:, None], start=cache.steps), None
+        positions = cache.steps if cache.starts is None else cache.steps - cache.starts
+        x, weights, self_mask = self.embed(tokens[:, None], start=positions), None, cache.self_attention_mask()
         for i, (layer, layer_cache) in enumerate(zip(self.decoder_layers, cache.layers)):
             last = i == len(self.decoder_layers) - 1
-            x, weights = layer(x, None, None, cache.memory_mask, layer_cache, need_weights=need_weights and last)
+            x, weights = layer(x, None, self_mask, cache.memory_mask, layer_cache, need_weights=need_weights and last)
         cache.steps += 1
         logits = self.logits(self.decoder_norm(x))[:, 0]
         return logits, None if weights is None else weights[:, 0]
