@@ -17,6 +17,9 @@ BENCH_THREADS ?= 2
 TEXT     ?= 나는 학생입니다
 SRC      ?= ko
 TGT      ?= en
+KIND     ?= cross
+LAYER    ?= -1
+HEAD     ?= mean
 BT_INPUT ?= ../shared/mono/ko-kowiki/text.ko
 BT_LANG  ?= ko
 BT_OUT   ?= runs/bt/$(notdir $(patsubst %/,%,$(dir $(BT_INPUT))))-$(BT_SEARCH)
@@ -80,8 +83,8 @@ serve: install  ## serve $(MODEL) over gRPC on $(HOST):$(PORT)
 translate: install  ## translate TEXT through the running server
 	$(PY) -m serving.client --target $(HOST):$(PORT) --source-lang $(SRC) --target-lang $(TGT) "$(TEXT)"
 
-plot-attention: install  ## PNG heatmap of the cross-attention for TEXT
-	$(PY) -m nmt.plot_attention --model $(MODEL) --source-lang $(SRC) --target-lang $(TGT) --text "$(TEXT)" --out attention.png
+plot-attention: install  ## PNG heatmap of TEXT's attention: KIND=cross|encoder|decoder, LAYER (-1: last), HEAD=N|mean
+	$(PY) -m nmt.plot_attention --model $(MODEL) --source-lang $(SRC) --target-lang $(TGT) --text "$(TEXT)" --kind $(KIND) --layer $(LAYER) --head $(HEAD) --out attention.png
 
 $(VENV)/.bench-installed: $(VENV)/.installed pyproject.toml
 	$(PY) -m pip install -q -e '.[test,bench]' torch==2.13.0

@@ -75,6 +75,20 @@ class Explanation:
     translation: Translation
     sentences: list[SentenceAttention]  # one per sentence of the text, in order
 
+    def heatmap(self, kind: str = "cross", layer: int = -1, head: int | None = None) -> Attention:
+        """The sentences' maps side by side along the diagonal: a sentence attends only within itself."""
+        maps = [sentence.heatmap(kind, layer, head) for sentence in self.sentences]
+        width = sum(len(m.source_tokens) for m in maps)
+        weights, offset = [], 0
+        for m in maps:
+            weights += [[0.0] * offset + row + [0.0] * (width - offset - len(row)) for row in m.weights]
+            offset += len(m.source_tokens)
+        return Attention(
+            source_tokens=[piece for m in maps for piece in m.source_tokens],
+            target_tokens=[piece for m in maps for piece in m.target_tokens],
+            weights=weights,
+        )
+
 
 def explain(translator: Translator, text: str, source_lang: str, target_lang: str,
             options: SearchOptions | None = None) -> Explanation:

@@ -103,3 +103,17 @@ def test_to_dict_holds_pieces_and_rounded_maps(explained):
 def test_unserved_pair_is_refused(fixture_translator):
     with pytest.raises(ValueError, match="not served"):
         explain(fixture_translator, KO, "ko", "fr")
+
+
+def test_a_text_heatmap_puts_its_sentences_on_the_diagonal(fixture_translator):
+    (ko1, _), (ko2, _) = fixture_pairs()[:2]
+    explained = explain(fixture_translator, f"{ko1} {ko2}", "ko", "en")
+    first, second = (sentence.heatmap("cross") for sentence in explained.sentences)
+    whole = explained.heatmap("cross")
+    assert whole.source_tokens == first.source_tokens + second.source_tokens
+    assert whole.target_tokens == first.target_tokens + second.target_tokens
+    rows, columns = len(first.target_tokens), len(first.source_tokens)
+    weights = torch.tensor(whole.weights)
+    torch.testing.assert_close(weights[:rows, :columns], torch.tensor(first.weights))
+    torch.testing.assert_close(weights[rows:, columns:], torch.tensor(second.weights))
+    assert (weights[:rows, columns:] == 0).all() and (weights[rows:, :columns] == 0).all()
