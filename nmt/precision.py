@@ -2,8 +2,12 @@
 
 * ``fp32`` (the default): the trained weights, re-packed on CPUs for oneDNN, whose kernels use AVX-512
   where the BLAS that plain ``nn.Linear`` calls may not (MKL on AMD CPUs runs its AVX2 code: half speed).
-* ``bf16``: the same with bfloat16 weights and products (AVX-512-BF16/AMX CPUs); activations, LayerNorm,
-  softmax and scores stay fp32. On a GPU: ``torch.autocast`` around the search.
+* ``bf16``: on CPUs the same with bfloat16 weights and products (AVX-512-BF16/AMX); activations, LayerNorm,
+  softmax and scores stay fp32. On a GPU the whole decoding copy is bfloat16 (weights, activations, key/value
+  caches), so no step casts anything: ``torch.autocast`` around the search re-cast every weight at every step,
+  filled fp32 caches with bf16 keys and left attention to mixed dtypes (15× slower than fp32 on an H200,
+  issue 13). The GPU's LayerNorm and softmax kernels accumulate in fp32, and the search takes its
+  log-probabilities in fp32 from the bf16 logits.
 * ``int8``: weights quantised per output channel, activations quantised on the fly (PyTorch's dynamic
   quantisation, fbgemm kernels; CPU only).
 
@@ -14,7 +18,6 @@ the layer's precision, while the embedding lookup keeps fp32.
 
 from __future__ import annotations
 
-import contextlib
 import warnings
 
 import torch
@@ -50,6 +53,18 @@ def check_precision(precision: str, device: torch.device) -> None:
         raise ValueError("int8 (dynamic quantisation) runs on the CPU only; use bf16 on a GPU")
 
 
+def fuse_self_attention(model: Transformer) -> None:
+    """One (d → 3d) product for the queries, keys and values of every self-attention layer."""
+    for name, module in model.named_modules():
+        if name.endswith("self_attn"):
+            module.fuse_projections()
+
+
+def all_bfloat16(model: Transformer) -> Transformer:
+    """The GPUs' bf16 decoding copy: every parameter and buffer in bfloat16, so every step stays in one dtype."""
+    return model.to(torch.bfloat16)
+
+
 def prepare_for_inference(model: Transformer, precision: str = "fp32") -> Transformer:
     """Convert ``model``, in place, into a decode-only one at ``precision``; returns it.
 
@@ -59,11 +74,11 @@ def prepare_for_inference(model: Transformer, precision: str = "fp32") -> Transf
     device = model.embedding.weight.device
     check_precision(precision, device)
     model.eval()
-    for name, module in model.named_modules():
-        if name.endswith("self_attn"):
-            module.fuse_projections()
-    if device.type != "cpu" or (precision != "int8" and not torch.backends.mkldnn.is_available()):
-        return model  # GPUs: bf16 comes from autocast (see decoding_context)
+    fuse_self_attention(model)
+    if device.type != "cpu":
+        return all_bfloat16(model) if precision == "bf16" else model
+    if precision != "int8" and not torch.backends.mkldnn.is_available():
+        return model
     if model.output is None:  # untie: the output projection gets its own copy of the embedding matrix
         config = model.config
         model.output = nn.utils.skip_init(nn.Linear, config.d_model, config.vocab_size, bias=False, device=device)
@@ -78,8 +93,3 @@ def prepare_for_inference(model: Transformer, precision: str = "fp32") -> Transf
         parent_name, _, child = name.rpartition(".")
         setattr(model.get_submodule(parent_name), child, PackedLinear(linear, dtype))
     return model
-
-
-def decoding_context(precision: str, device: torch.device) -> contextlib.AbstractContextManager:
-    """What to decode under: bf16 autocast on a GPU; on CPUs the prepared weights carry the precision."""
-    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16" and device.type != "cpu")

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from training.batching import pad_batch, shard, token_batches
+from training.batching import TokenTable, pad_batch, prefetched, shard, token_batches
 
 RNG = np.random.default_rng(0)
 SOURCE_LENGTHS = RNG.integers(1, 60, size=500)
@@ -53,3 +53,37 @@ def test_shards_are_disjoint_and_equally_long(world_size):
 def test_pad_batch_right_pads_with_the_pad_id():
     assert pad_batch([[5, 6, 7], [8]], pad_id=0).tolist() == [[5, 6, 7], [8, 0, 0]]
     assert pad_batch([[5]], pad_id=0).dtype == torch.long
+
+
+def test_a_token_table_pads_exactly_as_pad_batch():
+    rows = [RNG.integers(4, 100, length).tolist() for length in RNG.integers(1, 30, size=50)]
+    table = TokenTable(rows)
+    for indices in (np.array([3]), np.array([7, 1, 30, 2]), np.arange(50)):
+        padded = table.pad(indices, pad_id=0)
+        assert padded.dtype == torch.long
+        assert torch.equal(padded, pad_batch([rows[i] for i in indices], pad_id=0))
+
+
+def test_prefetched_keeps_the_order_and_stops_with_its_consumer():
+    started = []
+
+    def square(x: int) -> int:
+        started.append(x)
+        return x * x
+
+    assert list(prefetched(square, range(10), depth=2)) == [x * x for x in range(10)]
+    started.clear()
+    items = prefetched(square, range(100), depth=2)
+    assert [next(items) for _ in range(3)] == [0, 1, 4]
+    items.close()
+    assert len(started) <= 3 + 2 + 1  # the three consumed, the two queued, at most one being built
+
+
+def test_prefetched_passes_an_error_on_to_the_consumer():
+    def fail_on_three(x: int) -> int:
+        if x == 3:
+            raise ValueError("bad batch")
+        return x
+
+    with pytest.raises(ValueError, match="bad batch"):
+        list(prefetched(fail_on_three, range(10)))

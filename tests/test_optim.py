@@ -43,3 +43,18 @@ def test_only_matrices_are_decayed():
     assert all(p.dim() >= 2 for p in decayed["params"]) and all(p.dim() < 2 for p in exempt["params"])
     assert len(decayed["params"]) + len(exempt["params"]) == len(list(model.parameters()))
     assert isinstance(optimizer, torch.optim.AdamW)
+
+
+def test_fused_adamw_is_asked_for_only_when_wanted_and_updates_alike():
+    """GPUs get the one-kernel AdamW; it computes the same update as the default implementation (here on the CPU)."""
+    config = ModelConfig(vocab_size=32, d_model=16, n_heads=2, encoder_layers=1, decoder_layers=1, ffn_dim=32)
+    updated = {}
+    for fused in (False, True):
+        torch.manual_seed(0)
+        model = Transformer(config)
+        optimizer, _ = build_optimizer(model, 1e-3, (0.9, 0.98), 1e-9, 0.01, learning_rate_schedule(10), fused=fused)
+        assert optimizer.defaults["fused"] is (True if fused else None)
+        model(torch.tensor([[5, 6, 7]]), torch.tensor([[2, 8]])).sum().backward()
+        optimizer.step()
+        updated[fused] = model.embedding.weight.detach().clone()
+    torch.testing.assert_close(updated[True], updated[False])

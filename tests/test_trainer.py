@@ -1,4 +1,5 @@
-"""The trainer on the fixture corpus: loss goes down, logs and plots appear, and resuming is exact."""
+"""The trainer on the fixture corpus: loss goes down, logs and plots appear, resuming is exact, and the numbers
+on CPU are those of the trainer before its batches were prefetched and its losses read once per log."""
 
 from __future__ import annotations
 
@@ -9,21 +10,45 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from fixture_model import fixture_examples, fixture_pairs, tiny_config, train_fixture_tokenizer
+from fixture_model import FIXTURES, fixture_examples, fixture_pairs, tiny_config, train_fixture_tokenizer
 from nmt.model import Transformer
 from training.trainer import DevPair, Trainer, TrainingConfig
 
+RANDOM_VOCABULARY = 600
 
-def make_trainer(run_dir, tokenizer, **overrides) -> Trainer:
+
+def make_trainer(run_dir, tokenizer, examples=None, vocab_size=None, dev=None, **overrides) -> Trainer:
+    """A trainer on the fixture corpus (or on ``examples`` over ``vocab_size`` ids), its model seeded alike every time."""
     torch.manual_seed(0)
-    examples = fixture_examples(tokenizer)
-    dev = [DevPair("tiny", "ko", "en", ko, en) for ko, en in fixture_pairs()[:8]]
+    examples = fixture_examples(tokenizer) if examples is None else examples
+    dev = [DevPair("tiny", "ko", "en", ko, en) for ko, en in fixture_pairs()[:8]] if dev is None else dev
     settings = dict(max_tokens=160, warmup_steps=10, lr=3e-3, log_every=5, eval_every=20, save_every=10,
                     max_steps=40, dev_max_sentences=8, dev_beam_size=2, progress_bar=False, seed=3)
     config = TrainingConfig(**{**settings, **overrides})
-    model = Transformer(tiny_config(tokenizer.vocab_size, dropout=0.1))
+    model = Transformer(tiny_config(vocab_size or tokenizer.vocab_size, dropout=0.1))
     metadata = {"name": "test", "language_pairs": [["ko", "en"], ["en", "ko"]]}
     return Trainer(model, tokenizer, [s for s, _ in examples], [t for _, t in examples], dev, config, run_dir, metadata)
+
+
+def random_examples(count: int = 120, seed: int = 0) -> list[tuple[list[int], list[int]]]:
+    """Random ids (fixed by ``seed``): numbers trained on them depend on the model and the loop, not on a tokenizer."""
+    rng = np.random.default_rng(seed)
+    words = lambda: rng.integers(4, RANDOM_VOCABULARY, rng.integers(3, 20)).tolist()
+    return [(words() + [3], [2, *words(), 3]) for _ in range(count)]
+
+
+@pytest.mark.parametrize("update_freq", [1, 2])
+def test_cpu_losses_match_the_trainer_before_prefetching_and_deferred_reads(tmp_path, update_freq):
+    """The logged loss, NLL and gradient norm of 12 steps equal, bit for bit, what the trainer of commit d9514bb
+    (padding in the loop, every loss read as it came) logged for the same run (tests/fixtures/trainer_trajectory.json)."""
+    trainer = make_trainer(tmp_path, train_fixture_tokenizer(), random_examples(), RANDOM_VOCABULARY, dev=[],
+                           max_steps=12, log_every=2, eval_every=1000, save_every=1000, update_freq=update_freq)
+    trainer.resume()
+    trainer.fit()
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    logged = [{key: r[key] for key in ("step", "epoch", "loss", "nll", "grad_norm")} for r in records if r["kind"] == "train"]
+    expected = json.loads((FIXTURES / "trainer_trajectory.json").read_text())[f"update_freq_{update_freq}"]
+    assert logged == expected
 
 
 def test_training_lowers_loss_and_writes_log_plot_and_best(tmp_path):
@@ -80,7 +105,7 @@ def test_cpu_attention_kernels_train_alike(tmp_path):
     losses = []
     for kernel in ("math", "fused"):
         trainer = make_trainer(tmp_path / kernel, tokenizer, cpu_attention=kernel)
-        losses.append(trainer.update([np.arange(8)])["loss"])
+        losses.append(trainer.update([trainer.batch(np.arange(8))]).read()["loss"])
     assert losses[0] == pytest.approx(losses[1], rel=1e-5)
 
 

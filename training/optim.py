@@ -30,12 +30,17 @@ def learning_rate_schedule(warmup_steps: int, cooldown_start: int | None = None,
 
 
 def build_optimizer(
-    model: nn.Module, lr: float, betas: tuple[float, float], eps: float, weight_decay: float, schedule: Callable[[int], float]
+    model: nn.Module, lr: float, betas: tuple[float, float], eps: float, weight_decay: float, schedule: Callable[[int], float],
+    fused: bool = False,
 ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
-    """AdamW without decay on biases and LayerNorm gains (decaying them only hurts), stepped by ``schedule``."""
+    """AdamW without decay on biases and LayerNorm gains (decaying them only hurts), stepped by ``schedule``.
+
+    ``fused``: one kernel updates all parameters (for GPUs); otherwise PyTorch's default implementation.
+    """
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
     optimizer = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}], lr=lr, betas=betas, eps=eps
+        [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}], lr=lr, betas=betas, eps=eps,
+        fused=True if fused else None,
     )
     return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)

@@ -2,6 +2,9 @@
 
 One process trains on its own; under ``torchrun`` every process holds a DDP replica and takes every
 N-th batch, rank 0 evaluates and writes checkpoints, and the decision to stop is shared by broadcast.
+
+A step never waits for the host: batches are padded by a background thread (pinned, copied asynchronously on
+GPUs), and the loss sums stay on the device until the loop logs them, every ``log_every`` steps.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import signal
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -29,7 +32,7 @@ from nmt.model import Transformer
 from nmt.search import SearchOptions
 from nmt.tokenizer import Tokenizer
 from nmt.translator import Translator
-from training.batching import pad_batch, shard, token_batches
+from training.batching import TokenTable, pad_batch, prefetched, shard, token_batches
 from training.evaluate import score
 from training.memory import release_free_memory
 from training.metrics import MetricsLog, plot_curves
@@ -57,7 +60,8 @@ class TrainingConfig:
     cooldown_steps: int = 0  # ... over this many steps, and training stops there (training.optim)
     max_epochs: int = 1000
     max_minutes: float | None = None  # stop (with a checkpoint) after this much wall clock in one invocation
-    bf16: bool = False  # autocast to bfloat16: faster on CPUs with AVX-512-BF16/AMX and on recent GPUs
+    bf16: bool | None = None  # autocast to bfloat16 (faster on AVX-512-BF16/AMX CPUs and GPUs); None: on GPUs only
+    compile: bool = False  # torch.compile the model for training steps
     cpu_attention: str = "math"  # attention kernel on CPU: "math" or "fused"; A/B them with make bench-train
     seed: int = 1
     log_every: int = 50
@@ -78,6 +82,38 @@ class TrainingConfig:
             if self.cooldown_steps < 1:
                 raise ValueError(f"a cooldown needs cooldown_steps ≥ 1, got {self.cooldown_steps}")
             self.max_steps = min(self.max_steps, self.cooldown_start + self.cooldown_steps)
+
+
+@dataclass
+class Batch:
+    """One batch as the model takes it: right-padded ids (pinned host memory on GPUs, or on the device)."""
+
+    source: torch.Tensor
+    target: torch.Tensor
+    labels: int  # target tokens the loss counts (BOS excluded)
+
+
+@dataclass
+class UpdateStats:
+    """One update's sums, left on the device: reading them makes the host wait for the device."""
+
+    loss_sum: torch.Tensor
+    nll_sum: torch.Tensor
+    grad_norm: torch.Tensor
+    tokens: int
+
+    def read(self) -> dict:
+        """Per-token loss and NLL, the update's tokens and its gradient norm, as Python numbers."""
+        return read_all([self])[0]
+
+
+def read_all(updates: Sequence[UpdateStats]) -> list[dict]:
+    """:meth:`UpdateStats.read` for many updates with one transfer from the device."""
+    if not updates:
+        return []
+    values = torch.stack([torch.stack([u.loss_sum, u.nll_sum, u.grad_norm.double()]) for u in updates]).tolist()
+    return [{"loss": loss / u.tokens, "nll": nll / u.tokens, "tokens": u.tokens, "grad_norm": grad_norm}
+            for u, (loss, nll, grad_norm) in zip(updates, values)]
 
 
 @dataclass
@@ -130,20 +166,19 @@ class Trainer:
         distributed: Distributed = Distributed(),
     ):
         self.model, self.tokenizer, self.config, self.run_dir = model, tokenizer, config, Path(run_dir)
-        self.sources, self.targets, self.metadata, self.distributed = sources, targets, metadata, distributed
-        self.source_lengths = np.fromiter((len(s) for s in sources), dtype=np.int64, count=len(sources))
-        self.target_lengths = np.fromiter((len(t) for t in targets), dtype=np.int64, count=len(targets))
+        self.metadata, self.distributed = metadata, distributed
+        self.sources, self.targets = TokenTable(sources), TokenTable(targets)
+        self.source_lengths, self.target_lengths = self.sources.lengths, self.targets.lengths
         self.dev_pairs = select_dev_pairs(dev_pairs, config)
         self.device = next(model.parameters()).device
+        on_gpu = self.device.type == "cuda"
+        self.bf16 = on_gpu if config.bf16 is None else config.bf16
         schedule = learning_rate_schedule(config.warmup_steps, config.cooldown_start, config.cooldown_steps)
         self.optimizer, self.scheduler = build_optimizer(
-            model, config.lr, config.betas, config.adam_eps, config.weight_decay, schedule
+            model, config.lr, config.betas, config.adam_eps, config.weight_decay, schedule, fused=on_gpu
         )
-        self.network = (
-            DistributedDataParallel(model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
-            if distributed.world_size > 1
-            else model
-        )
+        network = DistributedDataParallel(model, device_ids=[self.device.index] if on_gpu else None) if distributed.world_size > 1 else model
+        self.network = torch.compile(network) if config.compile else network
         self.progress = Progress()
 
     # ---- state -------------------------------------------------------------------------------------------
@@ -179,25 +214,32 @@ class Trainer:
         """bf16 autocast when the recipe asks for it and, on CPU, the chosen attention kernel: for sentence-length
         sequences the math kernel makes a training step faster than the fused one (BENCHMARKS.md, Training)."""
         context = contextlib.ExitStack()
-        context.enter_context(torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.config.bf16))
+        context.enter_context(torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16))
         if self.device.type == "cpu":
             context.enter_context(sdpa_kernel(CPU_ATTENTION_KERNELS[self.config.cpu_attention]))
         return context
 
-    def batch_tensors(self, indices: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+    def batch(self, indices: np.ndarray) -> Batch:
+        """The examples ``indices`` padded on the host; pinned on GPUs so that the copy to the device is asynchronous."""
         pad = self.tokenizer.pad_id
-        source = pad_batch([self.sources[i] for i in indices], pad).to(self.device, non_blocking=True)
-        target = pad_batch([self.targets[i] for i in indices], pad).to(self.device, non_blocking=True)
-        return source, target
+        source, target = self.sources.pad(indices, pad), self.targets.pad(indices, pad)
+        if self.device.type == "cuda":
+            source, target = source.pin_memory(), target.pin_memory()
+        return Batch(source, target, int(self.target_lengths[indices].sum() - len(indices)))
 
-    def update(self, batches: Sequence[np.ndarray]) -> dict:
-        """Forward/backward over ``update_freq`` batches, then one clipped optimizer step."""
+    def batch_groups(self, groups: Sequence[Sequence[np.ndarray]]) -> Iterator[list[Batch]]:
+        """The batches of each update, padded by a background thread ahead of the step that needs them."""
+        return prefetched(lambda group: [self.batch(indices) for indices in group], groups)
+
+    def update(self, batches: Sequence[Batch]) -> UpdateStats:
+        """Forward/backward over ``update_freq`` batches, then one clipped optimizer step; nothing waits for the device."""
         self.network.train()
         self.optimizer.zero_grad(set_to_none=True)
-        tokens = int(sum(self.target_lengths[b].sum() - len(b) for b in batches))  # labels exclude BOS
-        loss_sum = nll_sum = 0.0
-        for i, indices in enumerate(batches):
-            source, target = self.batch_tensors(indices)
+        tokens = sum(b.labels for b in batches)
+        loss_sum = nll_sum = torch.zeros((), dtype=torch.float64, device=self.device)
+        for i, batch in enumerate(batches):
+            source = batch.source.to(self.device, non_blocking=True)
+            target = batch.target.to(self.device, non_blocking=True)
             last = i == len(batches) - 1
             sync = contextlib.nullcontext() if last or self.distributed.world_size == 1 else self.network.no_sync()
             with sync:
@@ -205,11 +247,12 @@ class Trainer:
                     logits = self.network(source, target[:, :-1])
                 loss, nll = label_smoothed_nll(logits, target[:, 1:], self.config.label_smoothing, self.tokenizer.pad_id)
                 (loss / tokens).backward()
-            loss_sum, nll_sum = loss_sum + float(loss.detach()), nll_sum + float(nll.detach())
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.clip_norm))
+            # float64 sums of the float32 losses: the numbers Python floats gave when every batch was read at once
+            loss_sum, nll_sum = loss_sum + loss.detach().double(), nll_sum + nll.detach().double()
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.clip_norm)
         self.optimizer.step()
         self.scheduler.step()
-        return {"loss": loss_sum / tokens, "nll": nll_sum / tokens, "tokens": tokens, "grad_norm": grad_norm}
+        return UpdateStats(loss_sum, nll_sum, grad_norm.detach(), tokens)
 
     # ---- evaluation --------------------------------------------------------------------------------------
 
@@ -289,7 +332,7 @@ class Trainer:
         started, budget = time.monotonic(), (config.max_minutes or math.inf) * 60
         start_seconds = progress.train_seconds
         bar = tqdm(total=config.max_steps, initial=progress.step, disable=not (main and config.progress_bar), unit="step", dynamic_ncols=True)
-        window_tokens, window_loss, window_nll, window_labels = 0, 0.0, 0.0, 0
+        window: list[UpdateStats] = []  # the updates since the last log, read from the device all at once
         window_start = time.monotonic()
         stop = progress.step >= config.max_steps
         while not stop and progress.epoch < config.max_epochs:
@@ -298,37 +341,31 @@ class Trainer:
                 self.distributed.rank,
                 self.distributed.world_size,
             )
-            while not stop and progress.batch_in_epoch + config.update_freq <= len(batches):
-                group = batches[progress.batch_in_epoch : progress.batch_in_epoch + config.update_freq]
-                stats = self.update(group)
-                progress.step += 1
-                progress.batch_in_epoch += config.update_freq
-                progress.train_seconds = start_seconds + time.monotonic() - started
-                window_tokens += stats["tokens"] * self.distributed.world_size
-                window_loss += stats["loss"] * stats["tokens"]
-                window_nll += stats["nll"] * stats["tokens"]
-                window_labels += stats["tokens"]
-                lr = self.scheduler.get_last_lr()[0]
-                bar.update(1)
-                if progress.step % config.log_every == 0:
-                    elapsed = time.monotonic() - window_start
-                    # Loss and NLL per label token over the whole logging window, not just its last batch.
-                    record = {"kind": "train", "step": progress.step, "epoch": progress.epoch,
-                              "loss": window_loss / window_labels, "nll": window_nll / window_labels,
-                              "grad_norm": stats["grad_norm"], "lr": lr, "tokens_per_s": window_tokens / elapsed,
-                              "seconds": round(progress.train_seconds, 1)}
-                    bar.set_postfix(loss=f"{record['loss']:.3f}", tok_s=f"{record['tokens_per_s']:.0f}", lr=f"{lr:.2e}")
-                    window_tokens, window_loss, window_nll, window_labels = 0, 0.0, 0.0, 0
-                    window_start = time.monotonic()
-                    release_free_memory()
-                    if log:
-                        log.write(record)
-                out_of_time = time.monotonic() - started > budget
-                stop = progress.step >= config.max_steps or out_of_time or self.interrupted()
-                if progress.step % config.eval_every == 0 or stop:
-                    stop = self.evaluate_and_decide(log) or stop
-                elif progress.step % config.save_every == 0:
-                    self.save()
+            starts = range(progress.batch_in_epoch, len(batches) - config.update_freq + 1, config.update_freq)
+            groups = [batches[start : start + config.update_freq] for start in starts]
+            with contextlib.closing(self.batch_groups(groups)) as prepared:
+                for group in prepared:
+                    window.append(self.update(group))
+                    progress.step += 1
+                    progress.batch_in_epoch += config.update_freq
+                    progress.train_seconds = start_seconds + time.monotonic() - started
+                    lr = self.scheduler.get_last_lr()[0]
+                    bar.update(1)
+                    if progress.step % config.log_every == 0:
+                        record = self.train_record(read_all(window), time.monotonic() - window_start, lr)
+                        bar.set_postfix(loss=f"{record['loss']:.3f}", tok_s=f"{record['tokens_per_s']:.0f}", lr=f"{lr:.2e}")
+                        window, window_start = [], time.monotonic()
+                        release_free_memory()
+                        if log:
+                            log.write(record)
+                    out_of_time = time.monotonic() - started > budget
+                    stop = progress.step >= config.max_steps or out_of_time or self.interrupted()
+                    if progress.step % config.eval_every == 0 or stop:
+                        stop = self.evaluate_and_decide(log) or stop
+                    elif progress.step % config.save_every == 0:
+                        self.save()
+                    if stop:
+                        break
             if progress.batch_in_epoch + config.update_freq > len(batches):
                 progress.epoch += 1
                 progress.batch_in_epoch = 0
@@ -336,6 +373,16 @@ class Trainer:
         if self.distributed.world_size > 1:
             self.check_replicas_agree()
         return progress
+
+    def train_record(self, updates: list[dict], seconds: float, lr: float) -> dict:
+        """Loss and NLL per label token over a whole logging window (not just its last batch), and its speed."""
+        labels = sum(u["tokens"] for u in updates)
+        progress = self.progress
+        return {"kind": "train", "step": progress.step, "epoch": progress.epoch,
+                "loss": sum(u["loss"] * u["tokens"] for u in updates) / labels,
+                "nll": sum(u["nll"] * u["tokens"] for u in updates) / labels,
+                "grad_norm": updates[-1]["grad_norm"], "lr": lr, "tokens_per_s": labels * self.distributed.world_size / seconds,
+                "seconds": round(progress.train_seconds, 1)}
 
     def check_replicas_agree(self) -> None:
         """Every DDP rank must end with bit-identical weights; a mismatch means the replicas diverged."""
