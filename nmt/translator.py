@@ -10,10 +10,11 @@ from pathlib import Path
 
 import torch
 
+from nmt.budget import decoding_budget
 from nmt.checkpoint import load_model
 from nmt.model import Transformer
-from nmt.precision import decoding_context, prepare_for_inference
-from nmt.search import Hypothesis, SearchOptions, search
+from nmt.precision import prepare_for_inference
+from nmt.search import BeamSearch, Hypothesis, SearchOptions, search
 from nmt.sentences import split_sentences
 from nmt.tokenizer import Tokenizer
 
@@ -62,12 +63,16 @@ class Translator:
 
     ``model`` stays the model as trained (to save, inspect or train further); decoding runs on a copy taken
     now and prepared for ``precision``: ``fp32``, ``bf16`` or ``int8`` (see :mod:`nmt.precision`).
+    ``max_batch_tokens`` defaults to the device's budget (:mod:`nmt.budget`).
     """
 
-    def __init__(self, model: Transformer, tokenizer: Tokenizer, metadata: dict, max_batch_tokens: int = 4096, precision: str = "fp32"):
+    def __init__(
+        self, model: Transformer, tokenizer: Tokenizer, metadata: dict, max_batch_tokens: int | None = None, precision: str = "fp32"
+    ):
         self.model, self.tokenizer, self.metadata = model, tokenizer, metadata
         self.inference_model = prepare_for_inference(copy.deepcopy(model), precision)
-        self.max_batch_tokens, self.precision = max_batch_tokens, precision
+        self.max_batch_tokens = decoding_budget(self.device).max_batch_tokens if max_batch_tokens is None else max_batch_tokens
+        self.precision = precision
         pairs = metadata.get("language_pairs") or [[s, t] for s in tokenizer.languages for t in tokenizer.languages if s != t]
         self.language_pairs: list[tuple[str, str]] = [tuple(pair) for pair in pairs]
 
@@ -119,15 +124,21 @@ class Translator:
     def search_ids(
         self, sources: Sequence[Sequence[int]], options: SearchOptions, strategy: Strategy = search
     ) -> list[list[Hypothesis]]:
-        """n-best lists for one batch of encoder inputs (``<2xx> tokens </s>`` ids), decoded together.
+        """n-best lists for one batch of encoder inputs (``<2xx> tokens </s>`` ids), decoded together."""
+        options = self.decoding_options(options)
+        return strategy(self.inference_model, self.pad(sources), self.tokenizer.bos_id, self.tokenizer.eos_id, options)
 
-        The ``<bt>`` tag marks synthetic training sources: an output must never contain it.
-        """
+    def decoding_options(self, options: SearchOptions) -> SearchOptions:
+        """``options`` as every search of this model needs them: the ``<bt>`` tag marks synthetic training sources,
+        so an output must never contain it."""
         bt_id = self.tokenizer.bt_id
         if bt_id is not None and bt_id not in options.banned_ids:
             options = dataclasses.replace(options, banned_ids=(*options.banned_ids, bt_id))
-        with decoding_context(self.precision, self.device):
-            return strategy(self.inference_model, self._pad(sources), self.tokenizer.bos_id, self.tokenizer.eos_id, options)
+        return options
+
+    def beam_search(self, options: SearchOptions) -> BeamSearch:
+        """An empty iteration-level search on the decoding model, which sentences may join between steps (:mod:`nmt.continuous`)."""
+        return BeamSearch(self.inference_model, self.tokenizer.bos_id, self.tokenizer.eos_id, self.decoding_options(options))
 
     def _batches(self, order: list[int], encoded: list[list[int]], beam_size: int) -> list[list[int]]:
         """Greedy packing of length-sorted sentences so that longest × count × beam stays within budget."""
@@ -143,7 +154,7 @@ class Translator:
             batches.append(current)
         return batches
 
-    def _pad(self, rows: Sequence[Sequence[int]]) -> torch.Tensor:
+    def pad(self, rows: Sequence[Sequence[int]]) -> torch.Tensor:
         width = max(len(r) for r in rows)
         pad = self.tokenizer.pad_id
         return torch.tensor([[*r, *[pad] * (width - len(r))] for r in rows], dtype=torch.long, device=self.device)
