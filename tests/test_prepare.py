@@ -9,7 +9,8 @@ from datasets import load_from_disk
 
 from nmt.tokenizer import Tokenizer
 from training.prepare import prepare, recipe_hash, weighted_indices
-from training.recipe import load_recipe
+from training.recipe import CorpusSpec, load_recipe
+from training.train import main as train_main
 
 ROOT = Path(__file__).parent.parent
 
@@ -108,3 +109,71 @@ def test_weights_repeat_rows_and_sample_the_fraction():
     assert weighted_indices(4, 0.0, random.Random(0)) == []
     with pytest.raises(ValueError):
         weighted_indices(4, -1, random.Random(0))
+
+
+@pytest.fixture(scope="module")
+def prepared_with_bt(tmp_path_factory):
+    """configs/tiny.yaml plus a tagged back-translated corpus (real Korean, machine English) outside data_dir."""
+    folder = tmp_path_factory.mktemp("bt")
+    korean = (ROOT / "tests" / "fixtures" / "mono.ko").read_text(encoding="utf-8").split("\n")[:12]
+    english = (ROOT / "tests" / "fixtures" / "mono.en").read_text(encoding="utf-8").lower().split("\n")[:12]
+    (folder / "train.ko").write_text("".join(f"{line}\n" for line in korean), encoding="utf-8")
+    (folder / "train.en").write_text("".join(f"{line}\n" for line in english), encoding="utf-8")
+    corpus = f"    - {{name: bt-ko, path: {folder / 'train'}, synthetic: en, tagged: true, weight: 2}}\n"
+    text = (ROOT / "configs" / "tiny.yaml").read_text(encoding="utf-8")
+    text = text.replace("data_dir: tests/fixtures", f"data_dir: {ROOT / 'tests' / 'fixtures'}")
+    text = text.replace("  dev:\n", corpus + "  dev:\n", 1)
+    config = folder / "tiny-bt.yaml"
+    config.write_text(text, encoding="utf-8")
+    run_dir = folder / "run"
+    return config, run_dir, prepare(load_recipe(config), run_dir, num_proc=1)
+
+
+def test_tagged_synthetic_corpus_trains_only_the_direction_into_its_real_side(prepared_with_bt, prepared):
+    _, run_dir, report = prepared_with_bt
+    train = load_from_disk(str(run_dir / "data" / "train"))
+    tokenizer = Tokenizer.load(run_dir / "spm.model")
+    counts = report["train"]["corpora"]["bt-ko"]
+    assert counts["read"] == 12 and counts["weight"] == 2.0
+    assert counts["examples"] == counts["sampled"] == 2 * counts["kept"] > 0
+    synthetic = train.filter(lambda row: row["corpus"] == "bt-ko")
+    assert set(synthetic["direction"]) == {"en-ko"}
+    assert all(source[:2] == [tokenizer.language_id("ko"), tokenizer.bt_id] for source in synthetic["source"])
+    assert tokenizer.decode(synthetic[0]["source"]) == "i am a student."
+    assert tokenizer.decode(synthetic[0]["target"]) == "나는 학생입니다."
+    human = train.filter(lambda row: row["corpus"] != "bt-ko")
+    assert not any(tokenizer.bt_id in source for source in human["source"])
+    assert not any(tokenizer.bt_id in target for target in train["target"])
+    _, _, without = prepared
+    assert report["examples_per_direction"] == {"ko-en": without["examples_per_direction"]["ko-en"],
+                                                "en-ko": without["examples_per_direction"]["en-ko"] + counts["examples"]}
+
+
+def test_synthetic_text_stays_out_of_the_tokenizer(prepared_with_bt, prepared):
+    _, with_bt, _ = prepared_with_bt
+    _, without, _ = prepared
+    assert (with_bt / "spm.model").read_bytes() == (without / "spm.model").read_bytes()
+
+
+def test_tagging_changes_the_recipe_hash(prepared_with_bt):
+    config, _, report = prepared_with_bt
+    recipe = load_recipe(config)
+    untagged = dataclasses.replace(recipe, train=[dataclasses.replace(spec, tagged=False) for spec in recipe.train])
+    assert recipe_hash(recipe) == report["recipe_hash"] != recipe_hash(untagged)
+
+
+def test_a_synthetic_side_no_direction_starts_from_is_refused(tmp_path):
+    recipe = load_recipe(ROOT / "configs" / "tiny.yaml")
+    recipe = dataclasses.replace(recipe, data_dir=ROOT / recipe.data_dir, directions=[("ko", "en")],
+                                 train=[CorpusSpec(name="bt", path="tiny", synthetic="en")])
+    with pytest.raises(ValueError, match="synthetic side 'en' is the source of none"):
+        prepare(recipe, tmp_path, num_proc=1)
+    with pytest.raises(ValueError, match="say which side is synthetic"):
+        CorpusSpec(name="bt", path="tiny", tagged=True)
+
+
+def test_a_recipe_with_a_tagged_corpus_trains(prepared_with_bt):
+    config, run_dir, _ = prepared_with_bt
+    train_main(["--config", str(config), "--run-dir", str(run_dir), "--max-steps", "3", "--threads", "1",
+                "--no-progress-bar"])
+    assert (run_dir / "checkpoints" / "step-00000003" / "model.safetensors").is_file()
