@@ -60,9 +60,9 @@ endif
 
 backtranslate: install  ## translate BT_INPUT (language BT_LANG) with $(MODEL) into the corpus folder BT_OUT; resumable
 ifeq ($(NPROC),1)
-	$(PY) -m training.backtranslate --model $(MODEL) --input $(BT_INPUT) --lang $(BT_LANG) --out $(BT_OUT) --search $(BT_SEARCH) --threads $(BT_THREADS) $(if $(BT_LIMIT),--limit $(BT_LIMIT))
+	$(PY) -m training.backtranslate --model $(MODEL) --input $(BT_INPUT) --lang $(BT_LANG) --out $(BT_OUT) --search $(BT_SEARCH) --precision $(PRECISION) --threads $(BT_THREADS) $(if $(BT_LIMIT),--limit $(BT_LIMIT))
 else
-	$(VENV)/bin/torchrun --standalone --nproc_per_node=$(NPROC) -m training.backtranslate --model $(MODEL) --input $(BT_INPUT) --lang $(BT_LANG) --out $(BT_OUT) --search $(BT_SEARCH) --threads $(BT_THREADS) $(if $(BT_LIMIT),--limit $(BT_LIMIT))
+	$(VENV)/bin/torchrun --standalone --nproc_per_node=$(NPROC) -m training.backtranslate --model $(MODEL) --input $(BT_INPUT) --lang $(BT_LANG) --out $(BT_OUT) --search $(BT_SEARCH) --precision $(PRECISION) --threads $(BT_THREADS) $(if $(BT_LIMIT),--limit $(BT_LIMIT))
 endif
 
 eval: install  ## BLEU/chrF of $(MODEL) on the recipe's dev and test sets, report in $(MODEL)/eval.json

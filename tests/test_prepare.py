@@ -168,8 +168,6 @@ def test_a_synthetic_side_no_direction_starts_from_is_refused(tmp_path):
                                  train=[CorpusSpec(name="bt", path="tiny", synthetic="en")])
     with pytest.raises(ValueError, match="synthetic side 'en' is the source of none"):
         prepare(recipe, tmp_path, num_proc=1)
-    with pytest.raises(ValueError, match="say which side is synthetic"):
-        CorpusSpec(name="bt", path="tiny", tagged=True)
 
 
 def test_a_recipe_with_a_tagged_corpus_trains(prepared_with_bt):

@@ -4,6 +4,10 @@ Recipes are YAML files under ``configs/``. Corpus paths are relative to ``data_d
 file, filled from the Makefile's ``DATA_DIR ?= ../shared/data``), except absolute ones and those under ``runs/``
 (our own outputs, such as back-translated corpora, relative to the working directory); a corpus may instead name
 a Hub dataset id.
+
+A recipe may start from another with ``extends: release.yaml`` (a path relative to its own file): every section
+of the base applies unless the recipe sets it, and the recipe's corpora are added to the base's, split by split.
+So ``release-bt.yaml`` is exactly the release recipe plus its back-translated corpora.
 """
 
 from __future__ import annotations
@@ -80,7 +84,7 @@ class Recipe:
 def load_recipe(path: str | Path, data_dir: str | Path | None = None) -> Recipe:
     """Read a recipe; ``${DATA_DIR}`` takes ``data_dir``, else the DATA_DIR variable, else ../shared/data."""
     data_dir = str(data_dir or os.environ.get("DATA_DIR") or "../shared/data")
-    raw = yaml.safe_load(Path(path).read_text(encoding="utf-8").replace("${DATA_DIR}", data_dir))
+    raw = _read_extended(Path(path), data_dir)
     corpora = raw.get("corpora", {})
     return Recipe(
         name=raw["name"],
@@ -95,3 +99,15 @@ def load_recipe(path: str | Path, data_dir: str | Path | None = None) -> Recipe:
         training=raw.get("training", {}),
         seed=raw.get("seed", 0),
     )
+
+
+def _read_extended(path: Path, data_dir: str) -> dict:
+    """The recipe's YAML merged onto the one it ``extends`` (recursively): sections replaced, corpora appended."""
+    raw = yaml.safe_load(path.read_text(encoding="utf-8").replace("${DATA_DIR}", data_dir))
+    base_name = raw.pop("extends", None)
+    if base_name is None:
+        return raw
+    base = _read_extended(path.parent / base_name, data_dir)
+    corpora = {split: [*base.get("corpora", {}).get(split, []), *raw.get("corpora", {}).get(split, [])]
+               for split in ("train", "dev", "test")}
+    return {**base, **raw, "corpora": corpora}

@@ -1,0 +1,42 @@
+"""Recipes: corpus paths, synthetic corpora, and a recipe that extends another."""
+
+from pathlib import Path
+
+import pytest
+
+from training.recipe import CorpusSpec, load_recipe
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_release_bt_is_the_release_recipe_plus_tagged_synthetic_corpora():
+    release = load_recipe(ROOT / "configs" / "release.yaml", data_dir="/data")
+    extended = load_recipe(ROOT / "configs" / "release-bt.yaml", data_dir="/data")
+    assert extended.name == "release-bt" and extended.data_dir == Path("/data")
+    assert extended.train[: len(release.train)] == release.train
+    added = extended.train[len(release.train) :]
+    assert [(spec.synthetic, spec.tagged) for spec in added] == [("en", True), ("ko", True)]
+    assert all(extended.resolve(spec) == Path(spec.path) and spec.path.startswith("runs/bt/") for spec in added)
+    for section in ("directions", "dev", "test", "cleaning", "tokenizer", "model", "training", "seed"):
+        assert getattr(extended, section) == getattr(release, section), section
+
+
+def test_an_extending_recipe_replaces_sections_and_appends_corpora(tmp_path):
+    (tmp_path / "base.yaml").write_text(
+        "name: base\nseed: 3\ntraining: {lr: 0.1}\ncorpora:\n  train: [{name: a, path: a}]\n  dev: [{name: d, path: d}]\n"
+    )
+    (tmp_path / "child.yaml").write_text(
+        "extends: base.yaml\nname: child\ntraining: {lr: 0.2}\ncorpora:\n  train: [{name: b, path: b, weight: 2}]\n"
+    )
+    child = load_recipe(tmp_path / "child.yaml", data_dir=tmp_path)
+    assert (child.name, child.seed, child.training) == ("child", 3, {"lr": 0.2})
+    assert [spec.name for spec in child.train] == ["a", "b"] and child.train[1].weight == 2
+    assert [spec.name for spec in child.dev] == ["d"]
+
+
+def test_directions_of_human_and_synthetic_corpora():
+    both = [("ko", "en"), ("en", "ko")]
+    assert CorpusSpec(name="human", path="x").directions(both) == both
+    assert CorpusSpec(name="bt", path="x", synthetic="en").directions(both) == [("en", "ko")]
+    with pytest.raises(ValueError, match="say which side is synthetic"):
+        CorpusSpec(name="bt", path="x", tagged=True)
