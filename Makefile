@@ -22,11 +22,12 @@ LAYER    ?= -1
 HEAD     ?= mean
 BT_INPUT ?= ../shared/mono/ko-kowiki/text.ko
 BT_LANG  ?= ko
-BT_OUT   ?= runs/bt/$(notdir $(patsubst %/,%,$(dir $(BT_INPUT))))-$(BT_SEARCH)
+BT_DIR   ?= runs/bt
+BT_OUT   ?= $(BT_DIR)/$(notdir $(patsubst %/,%,$(dir $(BT_INPUT))))-$(BT_SEARCH)
 BT_LIMIT ?=
 BT_SEARCH ?= beam
 BT_THREADS ?= 2
-export DATA_DIR HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1
+export DATA_DIR BT_DIR HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1
 
 .PHONY: help install proto test data train cooldown backtranslate eval average release serve translate plot-attention bench bench-decode bench-serve bench-train bench-profile clean
 

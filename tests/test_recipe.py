@@ -9,7 +9,8 @@ from training.recipe import CorpusSpec, load_recipe
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_release_bt_is_the_release_recipe_plus_tagged_synthetic_corpora():
+def test_release_bt_is_the_release_recipe_plus_tagged_synthetic_corpora(monkeypatch):
+    monkeypatch.delenv("BT_DIR", raising=False)
     release = load_recipe(ROOT / "configs" / "release.yaml", data_dir="/data")
     extended = load_recipe(ROOT / "configs" / "release-bt.yaml", data_dir="/data")
     assert extended.name == "release-bt" and extended.data_dir == Path("/data")
@@ -19,6 +20,13 @@ def test_release_bt_is_the_release_recipe_plus_tagged_synthetic_corpora():
     assert all(extended.resolve(spec) == Path(spec.path) and spec.path.startswith("runs/bt/") for spec in added)
     for section in ("directions", "dev", "test", "cleaning", "tokenizer", "model", "training", "seed"):
         assert getattr(extended, section) == getattr(release, section), section
+
+
+def test_bt_dir_picks_the_round_of_back_translated_corpora(monkeypatch):
+    monkeypatch.setenv("BT_DIR", "runs/bt2")
+    recipe = load_recipe(ROOT / "configs" / "release-bt.yaml", data_dir="/data")
+    assert [spec.path for spec in recipe.train if spec.synthetic] == [
+        "runs/bt2/ko-kowiki-beam/train", "runs/bt2/en-enwikinews-beam/train"]
 
 
 def test_an_extending_recipe_replaces_sections_and_appends_corpora(tmp_path):

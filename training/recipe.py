@@ -82,7 +82,11 @@ class Recipe:
 
 
 def load_recipe(path: str | Path, data_dir: str | Path | None = None) -> Recipe:
-    """Read a recipe; ``${DATA_DIR}`` takes ``data_dir``, else the DATA_DIR variable, else ../shared/data."""
+    """Read a recipe; ``${DATA_DIR}`` takes ``data_dir``, else the DATA_DIR variable, else ../shared/data.
+
+    ``${BT_DIR}`` takes the BT_DIR variable, else runs/bt: the folder of one round of back-translated corpora, so
+    the same recipe trains on the next round with ``BT_DIR=runs/bt2``.
+    """
     data_dir = str(data_dir or os.environ.get("DATA_DIR") or "../shared/data")
     raw = _read_extended(Path(path), data_dir)
     corpora = raw.get("corpora", {})
@@ -103,7 +107,8 @@ def load_recipe(path: str | Path, data_dir: str | Path | None = None) -> Recipe:
 
 def _read_extended(path: Path, data_dir: str) -> dict:
     """The recipe's YAML merged onto the one it ``extends`` (recursively): sections replaced, corpora appended."""
-    raw = yaml.safe_load(path.read_text(encoding="utf-8").replace("${DATA_DIR}", data_dir))
+    text = path.read_text(encoding="utf-8").replace("${BT_DIR}", os.environ.get("BT_DIR") or "runs/bt")
+    raw = yaml.safe_load(text.replace("${DATA_DIR}", data_dir))
     base_name = raw.pop("extends", None)
     if base_name is None:
         return raw
