@@ -110,7 +110,7 @@ class Translator:
         return results
 
     def translate_sentences(
-        self, sentences: Sequence[str], target_lang: str, options: SearchOptions, strategy: Strategy = search
+        self, sentences: Sequence[str], target_lang: str, options: SearchOptions, strategy: Strategy | None = None
     ) -> list[list[Hypothesis]]:
         """n-best lists for single sentences, decoded in length-sorted batches of at most ``max_batch_tokens``."""
         encoded = [self.tokenizer.source_ids(s, target_lang, self.max_source_tokens) for s in sentences]
@@ -122,11 +122,12 @@ class Translator:
         return results
 
     def search_ids(
-        self, sources: Sequence[Sequence[int]], options: SearchOptions, strategy: Strategy = search
+        self, sources: Sequence[Sequence[int]], options: SearchOptions, strategy: Strategy | None = None
     ) -> list[list[Hypothesis]]:
-        """n-best lists for one batch of encoder inputs (``<2xx> tokens </s>`` ids), decoded together."""
+        """n-best lists for one batch of encoder inputs (``<2xx> tokens </s>`` ids), decoded together by ``strategy``
+        (:func:`~nmt.search.search` when None, looked up at call time)."""
         options = self.decoding_options(options)
-        return strategy(self.inference_model, self.pad(sources), self.tokenizer.bos_id, self.tokenizer.eos_id, options)
+        return (strategy or search)(self.inference_model, self.pad(sources), self.tokenizer.bos_id, self.tokenizer.eos_id, options)
 
     def decoding_options(self, options: SearchOptions) -> SearchOptions:
         """``options`` as every search of this model needs them: the ``<bt>`` tag marks synthetic training sources,
