@@ -28,18 +28,29 @@ class Limits:
 
 @dataclass(frozen=True)
 class BatchingConfig:
-    """Cross-request batching: how long a request may wait for batch mates and how big a batch may grow."""
+    """Cross-request batching at the decoding step (serving.batcher): how big a running search may grow."""
 
     enabled: bool = True  # off: every request is decoded on its own
-    max_batch_tokens: int = 4096  # source tokens gathered into one decode call
-    max_wait_ms: float = 20.0  # under concurrent traffic the oldest request waits at most this long for batch mates
+    max_batch_tokens: int = 4096  # longest source × sentences × beam of a running search; more requests wait queued
     max_queued_requests: int = 256  # beyond this, requests are refused with RESOURCE_EXHAUSTED
 
     def __post_init__(self) -> None:
         if self.max_batch_tokens < 1 or self.max_queued_requests < 1:
             raise ValueError("max_batch_tokens and max_queued_requests must be at least 1")
-        if self.max_wait_ms < 0:
-            raise ValueError(f"max_wait_ms must be ≥ 0, got {self.max_wait_ms}")
+
+
+@dataclass(frozen=True)
+class HttpConfig:
+    """The HTTP/JSON API and web page, served beside gRPC on the same event loop (serving.http)."""
+
+    host: str = "127.0.0.1"  # loopback unless told otherwise
+    port: int = 8080  # 0 picks a free port
+    max_explain_tokens: int = 256  # per explained text: its maps grow with the square of its length
+    max_queued_explains: int = 8  # explain requests waiting or running; beyond it they get 429
+
+    def __post_init__(self) -> None:
+        if self.max_explain_tokens < 1 or self.max_queued_explains < 1:
+            raise ValueError("max_explain_tokens and max_queued_explains must be at least 1")
 
 
 @dataclass(frozen=True)
@@ -61,6 +72,7 @@ class ServerConfig:
     metrics_port: int | None = None  # serve Prometheus metrics over HTTP on host:metrics_port
     limits: Limits = field(default_factory=Limits)
     batching: BatchingConfig = field(default_factory=BatchingConfig)
+    http: HttpConfig | None = None  # the HTTP API and web page; None serves gRPC only (the command serves both)
 
     def __post_init__(self) -> None:
         if (self.tls_cert is None) != (self.tls_key is None):

@@ -28,12 +28,15 @@ from grpc_health.v1.health import SERVICE_NAME as HEALTH_SERVICE_NAME
 from grpc_health.v1.health import aio as health_aio
 from grpc_reflection.v1alpha import reflection
 
+from nmt.budget import decoding_budget
 from nmt.checkpoint import CheckpointError
 from nmt.precision import PRECISIONS
-from nmt.translator import Translation, Translator
+from nmt.translator import Translator, resolve_device
 from serving.batcher import Batcher, Decoded, Job
-from serving.config import BatchingConfig, Limits, ServerConfig
+from serving.config import BatchingConfig, HttpConfig, Limits, ServerConfig
 from serving.errors import ServingError
+from serving.http import HttpApi
+from serving.messages import model_info_message, translation_message
 from serving.observability import Metrics, RequestRecord, configure_logging, log_request
 from serving.stubs import SERVICE_NAME, translator_pb2, translator_pb2_grpc
 from serving.validation import RequestValidator
@@ -43,43 +46,6 @@ logger = logging.getLogger("serving.server")  # not __name__, which is __main__ 
 
 class StartupError(RuntimeError):
     """The server cannot start; the message says why and what to do."""
-
-
-def translation_message(translation: Translation) -> translator_pb2.TranslateResponse:
-    response = translator_pb2.TranslateResponse(
-        translation=translation.text,
-        hypotheses=[translator_pb2.Hypothesis(text=c.text, score=c.score) for c in translation.candidates],
-    )
-    if translation.attention is not None:
-        attention = translation.attention
-        response.attention.source_tokens.extend(attention.source_tokens)
-        response.attention.target_tokens.extend(attention.target_tokens)
-        response.attention.rows.extend(translator_pb2.AttentionRow(weights=row) for row in attention.weights)
-    return response
-
-
-def model_info_message(translator: Translator, limits: Limits) -> translator_pb2.GetModelInfoResponse:
-    config = translator.model.config
-    return translator_pb2.GetModelInfoResponse(
-        language_pairs=[translator_pb2.LanguagePair(source_lang=s, target_lang=t) for s, t in translator.language_pairs],
-        model_name=str(translator.metadata.get("name", "")),
-        model_version=str(translator.metadata.get("version", "")),
-        languages=translator.tokenizer.languages,
-        vocabulary_size=translator.tokenizer.vocab_size,
-        parameter_count=sum(p.numel() for p in translator.model.parameters()),
-        model_dim=config.d_model,
-        encoder_layers=config.encoder_layers,
-        decoder_layers=config.decoder_layers,
-        device=str(translator.device),
-        precision=translator.precision,
-        limits=translator_pb2.ServingLimits(
-            max_text_chars=limits.max_text_chars,
-            max_text_tokens=limits.max_text_tokens,
-            max_sentence_tokens=translator.max_source_tokens,
-            max_batch_texts=limits.max_batch_texts,
-            max_beam_size=limits.max_beam_size,
-        ),
-    )
 
 
 class TranslatorServicer(translator_pb2_grpc.TranslatorServicer):
@@ -183,12 +149,12 @@ class TranslatorServicer(translator_pb2_grpc.TranslatorServicer):
 
 
 class TranslationServer:
-    """The gRPC server, its health and reflection services and the batcher, started and stopped together."""
+    """The gRPC server, its health and reflection services, the HTTP API and the batcher, started and stopped together."""
 
     def __init__(self, config: ServerConfig, server: grpc.aio.Server, health: health_aio.HealthServicer,
-                 batcher: Batcher, metrics: Metrics | None, port: int, metrics_port: int | None):
+                 batcher: Batcher, metrics: Metrics | None, port: int, metrics_port: int | None, http: HttpApi | None = None):
         self.config, self.server, self.health, self.batcher, self.metrics = config, server, health, batcher, metrics
-        self.port, self.metrics_port = port, metrics_port
+        self.port, self.metrics_port, self.http = port, metrics_port, http
 
     @classmethod
     async def start(cls, config: ServerConfig, translator: Translator) -> TranslationServer:
@@ -211,10 +177,13 @@ class TranslationServer:
             reflection.enable_server_reflection([SERVICE_NAME, HEALTH_SERVICE_NAME, reflection.SERVICE_NAME], server)
         port = cls._bind(server, config)
         metrics_port = cls._serve_metrics(metrics, config) if metrics is not None else None
+        http = HttpApi(translator, batcher, servicer.validator, config, metrics) if config.http is not None else None
+        if http is not None:
+            await cls._serve_http(http, config)
         await server.start()
         batcher.start()
         await cls._set_health(health, health_pb2.HealthCheckResponse.SERVING)
-        return cls(config, server, health, batcher, metrics, port, metrics_port)
+        return cls(config, server, health, batcher, metrics, port, metrics_port, http)
 
     @staticmethod
     async def _set_health(health: health_aio.HealthServicer, status: health_pb2.HealthCheckResponse.ServingStatus) -> None:
@@ -227,6 +196,14 @@ class TranslationServer:
             return metrics.serve(config.host, config.metrics_port)
         except OSError as error:
             raise StartupError(f"cannot serve metrics on port {config.metrics_port}: {error}") from error
+
+    @staticmethod
+    async def _serve_http(http: HttpApi, config: ServerConfig) -> None:
+        try:
+            await http.start()
+        except OSError as error:
+            raise StartupError(f"cannot serve HTTP on {config.http.host}:{config.http.port}: {error}; choose another "
+                               "port with --http-port (HTTP_PORT=... for make serve) or turn it off with --no-http") from error
 
     @staticmethod
     def _bind(server: grpc.aio.Server, config: ServerConfig) -> int:
@@ -246,7 +223,11 @@ class TranslationServer:
         """NOT_SERVING, stop accepting, finish in-flight requests within the grace period, stop the worker."""
         await self.health.enter_graceful_shutdown()
         self.batcher.drain()
-        await self.server.stop(self.config.grace_period_s)
+        if self.http is not None:
+            self.http.drain()
+            await asyncio.gather(self.server.stop(self.config.grace_period_s), self.http.stop())
+        else:
+            await self.server.stop(self.config.grace_period_s)
         await asyncio.to_thread(self.batcher.close)
         if self.metrics is not None:
             self.metrics.stop()
@@ -293,7 +274,7 @@ async def serve(config: ServerConfig, translator: Translator) -> int:
     pairs = [f"{s}->{t}" for s, t in translator.language_pairs]
     logger.info("serving", extra={"fields": {
         "address": replace(config, port=server.port).address, "port": server.port, "tls": config.tls_cert is not None,
-        "metrics_port": server.metrics_port, "language_pairs": pairs, "device": str(translator.device),
+        "metrics_port": server.metrics_port, "http_port": server.http.port if server.http else None, "language_pairs": pairs, "device": str(translator.device),
         "precision": translator.precision,
     }})
     await stop.wait()
@@ -306,7 +287,7 @@ async def serve(config: ServerConfig, translator: Translator) -> int:
 
 def parse_args(argv: list[str] | None = None) -> tuple[ServerConfig, str]:
     """The server configuration and the log level."""
-    defaults, limits, batching = ServerConfig(), Limits(), BatchingConfig()
+    defaults, limits, batching, http = ServerConfig(), Limits(), BatchingConfig(), HttpConfig()
     parser = argparse.ArgumentParser(prog="python -m serving.server", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", type=Path, default=defaults.model_dir, help="model directory (default: %(default)s)")
@@ -322,6 +303,10 @@ def parse_args(argv: list[str] | None = None) -> tuple[ServerConfig, str]:
                         help="seconds in-flight requests get to finish on SIGTERM/SIGINT (default: %(default)s)")
     parser.add_argument("--no-reflection", action="store_true", help="do not serve gRPC server reflection")
     parser.add_argument("--metrics-port", type=int, help="serve Prometheus metrics over HTTP on --host at this port")
+    parser.add_argument("--http-host", default=http.host, help="address of the HTTP API and web page (default: %(default)s)")
+    parser.add_argument("--http-port", type=int, default=http.port, help="port of the HTTP API and web page, 0 for any "
+                        "free one (default: %(default)s)")
+    parser.add_argument("--no-http", action="store_true", help="serve gRPC only: no HTTP API and no web page")
     parser.add_argument("--max-message-bytes", type=int, default=defaults.max_receive_message_bytes,
                         help="largest request accepted (default: %(default)s)")
     parser.add_argument("--max-text-chars", type=int, default=limits.max_text_chars, help="per text (default: %(default)s)")
@@ -331,22 +316,24 @@ def parse_args(argv: list[str] | None = None) -> tuple[ServerConfig, str]:
                         help="texts per TranslateBatch request (default: %(default)s)")
     parser.add_argument("--max-beam-size", type=int, default=limits.max_beam_size, help="(default: %(default)s)")
     parser.add_argument("--no-batching", action="store_true", help="decode every request on its own")
-    parser.add_argument("--max-batch-tokens", type=int, default=batching.max_batch_tokens,
-                        help="source tokens decoded together (default: %(default)s)")
-    parser.add_argument("--max-wait-ms", type=float, default=batching.max_wait_ms,
-                        help="how long a request may wait for batch mates (default: %(default)s)")
+    parser.add_argument("--max-batch-tokens", type=int,
+                        help="source tokens decoded together (default: the device's budget, 4096 on a CPU, 65536 on a GPU)")
     parser.add_argument("--max-queued-requests", type=int, default=batching.max_queued_requests,
                         help="queue bound; beyond it requests get RESOURCE_EXHAUSTED (default: %(default)s)")
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     args = parser.parse_args(argv)
     try:
+        max_batch_tokens = args.max_batch_tokens
+        if max_batch_tokens is None:
+            max_batch_tokens = decoding_budget(resolve_device(args.device)).max_batch_tokens
         config = ServerConfig(
             model_dir=args.model, host=args.host, port=args.port, device=args.device, precision=args.precision,
             torch_threads=args.torch_threads,
             tls_cert=args.tls_cert, tls_key=args.tls_key, max_receive_message_bytes=args.max_message_bytes,
             grace_period_s=args.grace_period, reflection=not args.no_reflection, metrics_port=args.metrics_port,
+            http=None if args.no_http else HttpConfig(args.http_host, args.http_port),
             limits=Limits(args.max_text_chars, args.max_text_tokens, args.max_batch_texts, args.max_beam_size),
-            batching=BatchingConfig(not args.no_batching, args.max_batch_tokens, args.max_wait_ms, args.max_queued_requests),
+            batching=BatchingConfig(not args.no_batching, max_batch_tokens, args.max_queued_requests),
         )
     except ValueError as error:
         parser.error(str(error))

@@ -169,7 +169,7 @@ def test_model_info(live, fixture_translator):
 
 
 def test_batching_is_invisible(start_server):
-    batched = start_server(batching=BatchingConfig(max_wait_ms=50))
+    batched = start_server(batching=BatchingConfig())
     unbatched = start_server(batching=BatchingConfig(enabled=False))
     requests = [request(KO[i], beam_size=3, nbest=2) for i in range(16)] + \
                [request(EN[i], "en", "ko", beam_size=1) for i in range(16)]
@@ -282,10 +282,18 @@ class GatedTranslator:
     def __getattr__(self, name):
         return getattr(self.translator, name)
 
-    def translate(self, *args, **kwargs):
-        self.decoding.set()
-        self.gate.wait(TIMEOUT)
-        return self.translator.translate(*args, **kwargs)
+    def beam_search(self, options):
+        """A search whose first step waits for the gate (the batcher decodes through searches, step by step)."""
+        search = self.translator.beam_search(options)
+        step = search.step
+
+        def gated_step():
+            self.decoding.set()
+            self.gate.wait(TIMEOUT)
+            return step()
+
+        search.step = gated_step
+        return search
 
 
 @pytest.fixture

@@ -1,11 +1,10 @@
-"""The cross-request batcher on its own: grouping, budgets, cancellation, deadlines, overload, shutdown.
+"""The batcher on its own: joining and leaving a running search, budgets, cancellation, deadlines, overload, shutdown.
 
-Jobs are queued before the worker starts, so which requests share a decode call is decided by the batcher's
-rules alone, not by how fast the test submits them.
+Nothing here depends on timing. Jobs are queued before the worker starts, or the test holds the worker at a
+step boundary (:class:`SteppedTranslator`) and lets it take one step at a time; deadlines use a fake clock.
 """
 
 import threading
-import time
 from concurrent.futures import CancelledError
 
 import pytest
@@ -15,50 +14,119 @@ from serving.batcher import Batcher, Job
 from serving.config import BatchingConfig
 from serving.errors import Overloaded, RequestExpired, ShuttingDown
 
-PATIENT = BatchingConfig(max_wait_ms=60_000)  # nothing is decoded before the budget fills or the batcher drains
+TIMEOUT = 60
 SOURCES = ["나는 학생입니다.", "그는 커피를 마십니다. 비가 옵니다.", "감사합니다.", "오늘은 날씨가 좋습니다."]
 TARGETS = ["I am a student.", "He drinks coffee. It is raining.", "Thank you.", "The weather is nice today."]
+# No full stops: one long, out-of-domain sentence that the model babbles on to its length limit.
+LONG = "나는 학생입니다 그는 커피를 마십니다 오늘은 날씨가 좋습니다 감사합니다"
 
 
 def job(text: str, options: SearchOptions | None = None, tokens: int = 10) -> Job:
     return Job((text,), "ko", "en", options or SearchOptions(), tokens)
 
 
+class SteppedTranslator:
+    """The fixture translator, whose searches step only when the test lets them.
+
+    Before each step the worker reports that it is at a step boundary (every answer of the previous steps
+    sent, queued requests taken in) and records how many sentences are searching, then waits for leave.
+    """
+
+    def __init__(self, translator):
+        self.translator = translator
+        self.at_boundary, self.allowed = threading.Semaphore(0), threading.Semaphore(0)
+        self.searching: list[int] = []  # sentences in the search at each step
+        self.free = False
+
+    def __getattr__(self, name):
+        return getattr(self.translator, name)
+
+    def beam_search(self, options):
+        search = self.translator.beam_search(options)
+        step = search.step
+
+        def stepped():
+            self.searching.append(len(search))
+            if not self.free:
+                self.at_boundary.release()
+                assert self.allowed.acquire(timeout=TIMEOUT)
+            return step()
+
+        search.step = stepped
+        return search
+
+    def wait_for_boundary(self) -> None:
+        assert self.at_boundary.acquire(timeout=TIMEOUT), "the worker never reached a step boundary"
+
+    def advance(self, steps: int = 1) -> None:
+        """Let the worker take ``steps`` steps; returns when it waits at the next boundary (so the search still runs)."""
+        for _ in range(steps):
+            self.allowed.release()
+            self.wait_for_boundary()
+
+    def run_free(self) -> None:
+        self.free = True
+        self.allowed.release()
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 @pytest.fixture
 def make_batcher(fixture_translator):
     batchers = []
 
-    def make(config: BatchingConfig = PATIENT, translator=fixture_translator) -> Batcher:
-        batchers.append(Batcher(translator, config))
+    def make(config: BatchingConfig = BatchingConfig(), translator=fixture_translator, **kwargs) -> Batcher:
+        batchers.append(Batcher(translator, config, **kwargs))
         return batchers[-1]
 
     yield make
     for batcher in batchers:
+        if isinstance(batcher.translator, SteppedTranslator):
+            batcher.translator.run_free()
         batcher.close()
+
+
+@pytest.fixture
+def stepped(fixture_translator) -> SteppedTranslator:
+    return SteppedTranslator(fixture_translator)
 
 
 def decode_all(batcher: Batcher, jobs: list[Job]) -> list:
     futures = [batcher.submit(j) for j in jobs]
     batcher.start()
-    batcher.drain()
-    return [future.result(timeout=60) for future in futures]
+    return [future.result(timeout=TIMEOUT) for future in futures]
+
+
+def alone(translator, text: str, options: SearchOptions | None = None):
+    return translator.translate([text], "ko", "en", options or SearchOptions())[0]
+
+
+def assert_same_translation(translation, reference) -> None:
+    assert translation.text == reference.text
+    assert [c.text for c in translation.candidates] == [c.text for c in reference.candidates]
+    assert [c.score for c in translation.candidates] == pytest.approx([c.score for c in reference.candidates], abs=1e-5)
+    if reference.attention is not None:
+        assert translation.attention.target_tokens == reference.attention.target_tokens
+        assert translation.attention.weights == [pytest.approx(row, abs=1e-5) for row in reference.attention.weights]
 
 
 @pytest.mark.parametrize("options", [SearchOptions(beam_size=1), SearchOptions(beam_size=4, nbest=2, return_attention=True)])
 def test_batched_results_equal_unbatched_ones(make_batcher, fixture_translator, options):
     batched = decode_all(make_batcher(), [job(text, options) for text in SOURCES])
-    alone = decode_all(make_batcher(BatchingConfig(enabled=False)), [job(text, options) for text in SOURCES])
+    one_at_a_time = decode_all(make_batcher(BatchingConfig(enabled=False)), [job(text, options) for text in SOURCES])
     assert [d.batch_requests for d in batched] == [len(SOURCES)] * len(SOURCES)
-    assert [d.batch_requests for d in alone] == [1] * len(SOURCES)
-    for together, single, target in zip(batched, alone, TARGETS):
-        (translation,), (reference,) = together.translations, single.translations
-        assert translation.text == reference.text == target
-        assert [c.text for c in translation.candidates] == [c.text for c in reference.candidates]
-        # Padding is masked, but float sums over wider batches may round differently in the last digits.
-        assert [c.score for c in translation.candidates] == pytest.approx([c.score for c in reference.candidates], abs=1e-4)
-        if options.return_attention:
-            assert translation.attention.target_tokens == reference.attention.target_tokens
-            assert translation.attention.weights == [pytest.approx(row, abs=1e-4) for row in reference.attention.weights]
+    assert [d.batch_requests for d in one_at_a_time] == [1] * len(SOURCES)
+    for together, single, text, target in zip(batched, one_at_a_time, SOURCES, TARGETS):
+        reference = alone(fixture_translator, text, options)
+        assert together.translations[0].text == target
+        assert_same_translation(together.translations[0], reference)
+        assert_same_translation(single.translations[0], reference)
 
 
 def test_requests_with_different_options_or_pairs_are_not_mixed(make_batcher):
@@ -70,96 +138,112 @@ def test_requests_with_different_options_or_pairs_are_not_mixed(make_batcher):
     assert [d.translations[0].text for d in decoded] == [TARGETS[0], TARGETS[1], TARGETS[2], "나는 학생입니다."]
 
 
-def test_token_budget_bounds_a_batch(make_batcher):
-    decoded = decode_all(make_batcher(BatchingConfig(max_batch_tokens=25, max_wait_ms=60_000)),
-                         [job(text, tokens=10) for text in SOURCES])
-    assert [d.batch_requests for d in decoded] == [2, 2, 2, 2]
-    assert [d.translations[0].text for d in decoded] == TARGETS
-
-
-def test_a_full_budget_is_decoded_without_waiting(make_batcher):
-    batcher = make_batcher(BatchingConfig(max_batch_tokens=20, max_wait_ms=3_600_000))
-    first = decode_all(batcher, [job(text, tokens=10) for text in SOURCES[:2]])  # traffic is now concurrent
-    assert [d.batch_requests for d in first] == [2, 2]
-    futures = [batcher.submit(job(text, tokens=10)) for text in SOURCES[2:]]
-    assert [f.result(timeout=60).translations[0].text for f in futures] == TARGETS[2:]
-
-
 def test_a_lone_request_is_decoded_without_waiting_for_batch_mates(make_batcher):
-    batcher = make_batcher()  # would wait a minute for batch mates
+    batcher = make_batcher()
     batcher.start()
     for text, target in zip(SOURCES, TARGETS):  # one client: each request follows the previous answer
-        decoded = batcher.submit(job(text)).result(timeout=30)
+        decoded = batcher.submit(job(text)).result(timeout=TIMEOUT)
         assert (decoded.batch_requests, decoded.translations[0].text) == (1, target)
 
 
-class GatedTranslator:
-    """Holds every decode until ``gate`` opens, so a test can queue requests behind a busy worker."""
-
-    def __init__(self, translator):
-        self.translator, self.gate, self.decoding = translator, threading.Event(), threading.Event()
-
-    def translate(self, texts, source_lang, target_lang, options):
-        self.decoding.set()
-        self.gate.wait(timeout=60)
-        return self.translator.translate(texts, source_lang, target_lang, options)
-
-
-def test_a_request_that_queued_behind_a_decode_waits_for_batch_mates(make_batcher, fixture_translator):
-    gated = GatedTranslator(fixture_translator)
-    batcher = make_batcher(PATIENT, gated)
+def test_a_request_joins_a_running_search_and_leaves_before_its_long_batch_mate(make_batcher, stepped, fixture_translator):
+    batcher = make_batcher(translator=stepped)
     batcher.start()
-    first = batcher.submit(job(SOURCES[0]))
-    assert gated.decoding.wait(timeout=30)
-    queued = batcher.submit(job(SOURCES[1]))  # arrives while the worker is busy: traffic is concurrent
-    gated.gate.set()
-    assert first.result(timeout=30).batch_requests == 1
-    time.sleep(0.2)  # were it not waiting, the queued request would be decoded alone by now
-    assert not queued.done()
-    mate = batcher.submit(job(SOURCES[2]))
-    batcher.drain()
-    assert [queued.result(timeout=30).batch_requests, mate.result(timeout=30).batch_requests] == [2, 2]
-    assert [queued.result().translations[0].text, mate.result().translations[0].text] == TARGETS[1:3]
+    long = batcher.submit(job(LONG))
+    stepped.wait_for_boundary()
+    stepped.advance(2)
+    short = batcher.submit(job(SOURCES[2]))
+    stepped.advance()  # the step that the short request joins at
+    assert stepped.searching[-1] == 2
+    for _ in range(20):
+        if short.done():
+            break
+        stepped.advance()
+    assert short.done() and not long.done()
+    assert short.result().batch_requests == 2
+    assert_same_translation(short.result().translations[0], alone(fixture_translator, SOURCES[2]))
+    assert stepped.searching[-1] == 1  # it left the search
+    stepped.run_free()
+    assert_same_translation(long.result(timeout=TIMEOUT).translations[0], alone(fixture_translator, LONG))
 
 
-def test_the_wait_for_batch_mates_counts_from_the_end_of_the_decode_it_queued_behind(make_batcher, fixture_translator):
-    gated = GatedTranslator(fixture_translator)
-    batcher = make_batcher(BatchingConfig(max_wait_ms=1500), gated)
+def test_a_cancelled_request_leaves_the_search_at_the_next_step(make_batcher, stepped, fixture_translator):
+    batcher = make_batcher(translator=stepped)
+    kept, cancelled = batcher.submit(job(LONG)), batcher.submit(job(LONG + " 비가 옵니다"))
     batcher.start()
-    first = batcher.submit(job(SOURCES[0]))
-    assert gated.decoding.wait(timeout=30)
-    queued = batcher.submit(job(SOURCES[1]))
-    time.sleep(1.6)  # the queued request has now waited longer than max_wait_ms, all of it behind the decode
-    gated.gate.set()
-    assert first.result(timeout=30).batch_requests == 1
-    time.sleep(0.1)
-    assert not queued.done()  # it still waits for the batch mate the first answer may send back
-    mate = batcher.submit(job(SOURCES[2]))
-    assert [queued.result(timeout=30).batch_requests, mate.result(timeout=30).batch_requests] == [2, 2]
+    stepped.wait_for_boundary()
+    stepped.advance(2)
+    assert stepped.searching[-1] == 2
+    assert cancelled.cancel()  # the client went away mid-search
+    stepped.advance()
+    assert stepped.searching[-1] == 1
+    stepped.run_free()
+    assert_same_translation(kept.result(timeout=TIMEOUT).translations[0], alone(fixture_translator, LONG))
+    with pytest.raises(CancelledError):
+        cancelled.result()
 
 
-def test_the_wait_ends_once_as_many_requests_are_back_as_were_in_flight(make_batcher, fixture_translator):
-    """One request decoded with two queued behind it: three clients. Their next three make a batch at once."""
-    gated = GatedTranslator(fixture_translator)
-    batcher = make_batcher(PATIENT, gated)  # would otherwise wait a minute for batch mates
+def test_a_deadline_that_passes_mid_search_is_answered_with_request_expired(make_batcher, stepped, fixture_translator):
+    clock = FakeClock()
+    batcher = make_batcher(translator=stepped, clock=clock)
+    kept, impatient = batcher.submit(job(LONG)), batcher.submit(job(LONG + " 비가 옵니다"), deadline=10.0)
     batcher.start()
-    first = batcher.submit(job(SOURCES[0]))
-    assert gated.decoding.wait(timeout=30)
-    behind = [batcher.submit(job(text)) for text in SOURCES[1:3]]
-    gated.gate.set()
-    assert first.result(timeout=30).batch_requests == 1
-    time.sleep(0.2)
-    assert not any(f.done() for f in behind)  # two of the three clients are back: still waiting
-    last = batcher.submit(job(SOURCES[3]))
-    decoded = [f.result(timeout=30) for f in [*behind, last]]  # no drain: the third one completes the batch
-    assert [d.batch_requests for d in decoded] == [3, 3, 3]
-    assert [d.translations[0].text for d in decoded] == TARGETS[1:]
+    stepped.wait_for_boundary()
+    stepped.advance(2)
+    assert not impatient.done() and stepped.searching[-1] == 2
+    clock.now = 10.0
+    stepped.advance()
+    with pytest.raises(RequestExpired, match="deadline"):
+        impatient.result(timeout=0)
+    assert stepped.searching[-1] == 1
+    stepped.run_free()
+    assert_same_translation(kept.result(timeout=TIMEOUT).translations[0], alone(fixture_translator, LONG))
 
 
-def test_multi_text_jobs_get_their_own_translations_back(make_batcher):
-    decoded = decode_all(make_batcher(), [Job(tuple(SOURCES[:3]), "ko", "en", SearchOptions(), 30), job(SOURCES[3])])
-    assert [t.text for t in decoded[0].translations] == TARGETS[:3]
-    assert [t.text for t in decoded[1].translations] == TARGETS[3:]
+def test_an_expired_request_is_answered_without_decoding(make_batcher):
+    clock = FakeClock()
+    batcher = make_batcher(clock=clock)
+    expired = batcher.submit(job(SOURCES[0]), deadline=-1.0)
+    live = batcher.submit(job(SOURCES[1]), deadline=600.0)
+    batcher.start()
+    with pytest.raises(RequestExpired):
+        expired.result(timeout=TIMEOUT)
+    assert live.result(timeout=TIMEOUT).batch_requests == 1
+    assert live.result().translations[0].text == TARGETS[1]
+
+
+def test_the_token_budget_keeps_requests_queued_until_the_search_has_room(make_batcher, stepped):
+    batcher = make_batcher(BatchingConfig(max_batch_tokens=1), stepped)  # room for one sentence at a time
+    futures = [batcher.submit(job(text)) for text in SOURCES[:3]]
+    batcher.start()
+    stepped.wait_for_boundary()
+    assert stepped.searching[-1] == 1 and batcher.queued == 2
+    stepped.run_free()
+    decoded = [f.result(timeout=TIMEOUT) for f in futures]
+    assert [d.translations[0].text for d in decoded] == TARGETS[:3]
+    assert set(stepped.searching) == {1}
+
+
+def test_a_multi_sentence_text_is_answered_when_its_last_sentence_is_done(make_batcher, stepped, fixture_translator):
+    """With room for one sentence at a time, the sentences of one text join the search one after the other."""
+    batcher = make_batcher(BatchingConfig(max_batch_tokens=1), stepped)
+    text = f"{SOURCES[1]} {SOURCES[0]}"
+    stepped.run_free()
+    decoded = decode_all(batcher, [Job((text, SOURCES[3], ""), "ko", "en", SearchOptions(nbest=2), 30)])[0]
+    assert [t.text for t in decoded.translations] == [f"{TARGETS[1]} {TARGETS[0]}", TARGETS[3], ""]
+    for translation, source in zip(decoded.translations, (text, SOURCES[3], "")):
+        assert_same_translation(translation, alone(fixture_translator, source, SearchOptions(nbest=2)))
+
+
+def test_with_batching_off_requests_are_decoded_one_at_a_time(make_batcher, stepped):
+    batcher = make_batcher(BatchingConfig(enabled=False), stepped)
+    futures = [batcher.submit(job(text)) for text in SOURCES]
+    batcher.start()
+    stepped.wait_for_boundary()
+    assert batcher.queued == len(SOURCES) - 1
+    stepped.run_free()
+    assert [f.result(timeout=TIMEOUT).translations[0].text for f in futures] == TARGETS
+    assert set(stepped.searching) <= {1, 2}  # the two sentences of SOURCES[1] search together
 
 
 def test_a_full_queue_refuses_with_the_limit_in_the_message(make_batcher):
@@ -177,23 +261,10 @@ def test_a_cancelled_request_frees_its_slot_and_is_not_decoded(make_batcher):
     assert batcher.queued == 1
     replacement = batcher.submit(job(SOURCES[2]))
     batcher.start()
-    batcher.drain()
-    assert kept.result(timeout=60).batch_requests == 2
-    assert replacement.result(timeout=60).translations[0].text == TARGETS[2]
+    assert kept.result(timeout=TIMEOUT).batch_requests == 2
+    assert replacement.result(timeout=TIMEOUT).translations[0].text == TARGETS[2]
     with pytest.raises(CancelledError):
         dropped.result()
-
-
-def test_an_expired_request_is_answered_without_decoding(make_batcher):
-    batcher = make_batcher()
-    expired = batcher.submit(job(SOURCES[0]), deadline=time.monotonic() - 1)
-    live = batcher.submit(job(SOURCES[1]), deadline=time.monotonic() + 600)
-    batcher.start()
-    batcher.drain()
-    with pytest.raises(RequestExpired):
-        expired.result(timeout=60)
-    assert live.result(timeout=60).batch_requests == 1
-    assert live.result().translations[0].text == TARGETS[1]
 
 
 def test_close_decodes_what_is_queued_then_refuses(make_batcher):
@@ -206,20 +277,31 @@ def test_close_decodes_what_is_queued_then_refuses(make_batcher):
         batcher.submit(job(SOURCES[0]))
 
 
-class FailingTranslator:
-    def __init__(self, translator):
-        self.translator = translator
+class FailingTranslator(SteppedTranslator):
+    """The first search's first step raises, as a broken decoder would."""
 
-    def translate(self, texts, source_lang, target_lang, options):
-        if "boom" in texts:
-            raise RuntimeError("decoder exploded")
-        return self.translator.translate(texts, source_lang, target_lang, options)
+    def __init__(self, translator):
+        super().__init__(translator)
+        self.free, self.failures = True, 1
+
+    def beam_search(self, options):
+        search = super().beam_search(options)
+        step = search.step
+
+        def failing():
+            if self.failures:
+                self.failures -= 1
+                raise RuntimeError("decoder exploded")
+            return step()
+
+        search.step = failing
+        return search
 
 
 def test_a_failed_decode_reaches_its_callers_and_the_worker_goes_on(make_batcher, fixture_translator):
     batcher = make_batcher(BatchingConfig(enabled=False), FailingTranslator(fixture_translator))
-    failed, fine = batcher.submit(job("boom")), batcher.submit(job(SOURCES[0]))
+    failed, fine = batcher.submit(job(SOURCES[1])), batcher.submit(job(SOURCES[0]))
     batcher.start()
     with pytest.raises(RuntimeError, match="decoder exploded"):
-        failed.result(timeout=60)
-    assert fine.result(timeout=60).translations[0].text == TARGETS[0]
+        failed.result(timeout=TIMEOUT)
+    assert fine.result(timeout=TIMEOUT).translations[0].text == TARGETS[0]

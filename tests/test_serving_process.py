@@ -66,10 +66,10 @@ def server_process(tmp_path) -> Iterator[tuple[subprocess.Popen, Path]]:
 
 def test_sigterm_lets_in_flight_requests_finish_and_exits_0(server_process, fixture_model_dir):
     start, log = server_process
-    # A long first request keeps the worker busy; the requests arriving meanwhile then wait for batch mates (a
-    # minute) until SIGTERM makes the server drain them.
+    # A long first request keeps the worker busy; without batching the requests arriving meanwhile queue behind
+    # it until SIGTERM makes the server drain them.
     process = start("--model", str(fixture_model_dir), "--device", "cpu", "--port", "0", "--metrics-port", "0",
-                    "--max-wait-ms", "60000")
+                    "--no-batching")
     serving = wait_for_log_line(process, log, "serving")
     long_text = " ".join([SOURCES[0]] * 60)
     with grpc.insecure_channel(f"127.0.0.1:{serving['port']}") as channel:
@@ -80,7 +80,7 @@ def test_sigterm_lets_in_flight_requests_finish_and_exits_0(server_process, fixt
                                                       target_lang="en" if i < 4 else "ko"), timeout=TIMEOUT)
             for i, text in enumerate(SOURCES)
         ]
-        # Those that arrive while the worker is busy wait for batch mates; any that find it idle are answered.
+        # Those that arrive while the worker is busy are queued; any that find it idle are answered.
         deadline = time.monotonic() + TIMEOUT
         while (queued := queued_requests(serving["metrics_port"])) < 1 or queued + sum(f.done() for f in in_flight) < len(SOURCES):
             assert time.monotonic() < deadline, "the requests never reached the queue"
