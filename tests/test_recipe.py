@@ -26,7 +26,7 @@ def test_bt_dir_picks_the_round_of_back_translated_corpora(monkeypatch):
     monkeypatch.setenv("BT_DIR", "runs/bt2")
     recipe = load_recipe(ROOT / "configs" / "release-bt.yaml", data_dir="/data")
     assert [spec.path for spec in recipe.train if spec.synthetic] == [
-        "runs/bt2/ko-kowiki-beam/train", "runs/bt2/en-enwikinews-beam/train"]
+        "runs/bt2/ko-kowiki/train", "runs/bt2/en-enwikinews/train"]
 
 
 def test_an_extending_recipe_replaces_sections_and_appends_corpora(tmp_path):
