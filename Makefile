@@ -12,6 +12,8 @@ COOLDOWN_STEPS ?= 600
 NPROC    ?= 1
 HOST     ?= 127.0.0.1
 PORT     ?= 50051
+HTTP_HOST ?= 127.0.0.1
+HTTP_PORT ?= 8080
 PRECISION ?= fp32
 BENCH_THREADS ?= 2
 TEXT     ?= 나는 학생입니다
@@ -78,8 +80,8 @@ average: install  ## average the last checkpoints of $(RUN_DIR) into $(RUN_DIR)/
 release: install  ## publish RELEASE_FROM (default $(RUN_DIR)/best) as models/default, fp16 weights
 	$(PY) -m training.release --model $(RELEASE_FROM) --out models/default --run-dir $(RUN_DIR)
 
-serve: install  ## serve $(MODEL) over gRPC on $(HOST):$(PORT)
-	$(PY) -m serving.server --model $(MODEL) --host $(HOST) --port $(PORT) --precision $(PRECISION)
+serve: install  ## serve $(MODEL) over gRPC on $(HOST):$(PORT) and HTTP (API, web page) on $(HTTP_HOST):$(HTTP_PORT)
+	$(PY) -m serving.server --model $(MODEL) --host $(HOST) --port $(PORT) --http-host $(HTTP_HOST) --http-port $(HTTP_PORT) --precision $(PRECISION)
 
 translate: install  ## translate TEXT through the running server
 	$(PY) -m serving.client --target $(HOST):$(PORT) --source-lang $(SRC) --target-lang $(TGT) "$(TEXT)"
