@@ -8,6 +8,7 @@ import os
 import platform
 import resource
 import statistics
+import subprocess
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -62,10 +63,43 @@ def package_version(name: str) -> str | None:
         return None
 
 
-def machine() -> dict[str, Any]:
+def gpu(device: str = "cuda") -> dict[str, Any]:
+    """The GPU's model, memory, CUDA version and driver, for results measured on it."""
+    import torch
+
+    properties = torch.cuda.get_device_properties(device)
+    try:
+        driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                capture_output=True, text=True, timeout=30, check=True).stdout.split("\n")[0].strip()
+    except (OSError, subprocess.SubprocessError):
+        driver = None
+    return {"name": properties.name, "memory_gib": round(properties.total_memory / 2**30, 1), "cuda": torch.version.cuda,
+            "driver": driver, "capability": ".".join(map(str, torch.cuda.get_device_capability(device)))}
+
+
+def synchronize(device: Any) -> None:
+    """Wait for the device's queued work: GPU timings must end when the GPU is done, not when the host is."""
+    import torch
+
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def resolve_bench_device(name: str) -> str:
+    """``auto``: CUDA when present; a clear exit when CUDA is asked for and missing."""
+    from nmt.translator import resolve_device
+
+    try:
+        return str(resolve_device(name))
+    except ValueError as error:
+        raise SystemExit(f"error: {error}") from error
+
+
+def machine(device: str = "cpu") -> dict[str, Any]:
     """Enough about the machine and software to judge whether two result files are comparable."""
     flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
     return {
+        **({"gpu": gpu(device)} if device.startswith("cuda") else {}),
         "cpu": cpu_model(),
         "logical_cpus": os.cpu_count(),
         "isa": [isa for isa in ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_tile") if f" {isa}" in flags],

@@ -1,11 +1,16 @@
 """Decoding benchmark: our beam search against Hugging Face ``generate`` and CTranslate2 on the same weights.
 
     python -m bench.decode --model models/default --dev runs/release/data/dev.jsonl      (make bench-decode)
+    python -m bench.decode --device cuda ...       (make bench-decode DEVICE=cuda): the same systems on one GPU
 
 Every system decodes the same length-sorted batches of the same encoder inputs (``<2xx> tokens </s>`` ids),
 beam 4, length penalty 1, the same output-length cap; each runs in a fresh process (its own peak RSS) on
 ``--threads`` threads, warms up on one batch, then decodes the whole set ``--runs`` times. We report medians,
 and the BLEU of each system's output, so that speed never hides a quality loss.
+
+On a GPU (``--device cuda``, or ``auto`` with one present) every system runs on it: ours and HF ``generate`` at
+fp32 and bf16, CTranslate2's CUDA build at fp32 and bf16 (if its wheel runs there), at larger batches; the
+results name the GPU and its driver, and give each system's peak GPU memory.
 """
 
 from __future__ import annotations
@@ -20,7 +25,10 @@ from pathlib import Path
 
 import torch
 
-from bench.common import RESULTS_DIR, add_input_arguments, DevSet, load_dev_set, machine, markdown_table, median, peak_rss_mib, report, run_isolated
+from bench.common import (
+    RESULTS_DIR, DevSet, add_input_arguments, load_dev_set, machine, markdown_table, median, peak_rss_mib, report,
+    resolve_bench_device, run_isolated, synchronize,
+)
 
 Ids = list[int]
 DecodeFn = Callable[[Sequence[Ids]], list[Ids]]  # a batch of encoder inputs → best output ids, EOS excluded
@@ -38,9 +46,14 @@ SYSTEMS = {s.name: s for s in (
     System("ours-int8", "ours", "int8"),
     System("ours-bf16", "ours", "bf16"),
     System("hf-fp32", "hf", "fp32"),
+    System("hf-bf16", "hf", "bf16"),
     System("ct2-fp32", "ct2", "fp32"),
     System("ct2-int8", "ct2", "int8"),
+    System("ct2-bf16", "ct2", "bf16"),
 )}
+CPU_SYSTEMS = ("ours-fp32", "ours-int8", "ours-bf16", "hf-fp32", "ct2-fp32", "ct2-int8")
+GPU_SYSTEMS = ("ours-fp32", "ours-bf16", "hf-fp32", "hf-bf16", "ct2-fp32", "ct2-bf16")
+CPU_BATCH_SIZES, GPU_BATCH_SIZES = (1, 32), (64, 512)  # a GPU idles at batch 1; HF would take minutes there
 BASELINE = "ours-fp32"
 HF_BASELINE = "hf-fp32"  # what the issue's "≥ 3× HF generate" target is measured against
 
@@ -54,10 +67,11 @@ class DecodeConfig:
     target_lang: str = "en"
     sentences: int = 500
     beam_size: int = 4
-    batch_sizes: tuple[int, ...] = (1, 32)
+    batch_sizes: tuple[int, ...] = CPU_BATCH_SIZES
     runs: int = 3
     threads: int = 2
-    systems: tuple[str, ...] = tuple(SYSTEMS)
+    systems: tuple[str, ...] = CPU_SYSTEMS
+    device: str = "cpu"  # cpu, cuda or cuda:N (the command line also takes auto)
     export_dir: Path = RESULTS_DIR / "exports"
     out: Path = RESULTS_DIR / "decode.json"
     report_only: bool = False
@@ -73,6 +87,7 @@ class Measurement:
     load_seconds: float
     peak_rss_mib: float
     outputs: list[Ids] = field(repr=False)
+    peak_gpu_mib: float | None = None
 
 
 # ---- the systems --------------------------------------------------------------------------------------------
@@ -91,7 +106,7 @@ def ours_decoder(config: DecodeConfig, precision: str) -> DecodeFn:
     from nmt.search import SearchOptions
     from nmt.translator import Translator
 
-    translator = Translator.load(config.model_dir, "cpu", precision=precision)
+    translator = Translator.load(config.model_dir, config.device, precision=precision)
     options = SearchOptions(beam_size=config.beam_size)
     return lambda sources: [nbest[0].tokens for nbest in translator.search_ids(sources, options)]
 
@@ -103,11 +118,12 @@ def hugging_face_decoder(config: DecodeConfig, precision: str) -> DecodeFn:
     from training.batching import pad_batch
 
     logging.set_verbosity_error()
-    model = AutoModelForSeq2SeqLM.from_pretrained(config.export_dir / "hf").eval()
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+    model = AutoModelForSeq2SeqLM.from_pretrained(config.export_dir / "hf").to(config.device, dtype).eval()
     pad, eos, max_positions = model.config.pad_token_id, model.config.eos_token_id, model.config.max_position_embeddings
 
     def decode(sources: Sequence[Ids]) -> list[Ids]:
-        source = pad_batch(sources, pad)
+        source = pad_batch(sources, pad).to(config.device)
         with torch.inference_mode():
             generated = model.generate(
                 source, attention_mask=source != pad, num_beams=config.beam_size, do_sample=False, length_penalty=1.0,
@@ -125,7 +141,9 @@ def ctranslate2_decoder(config: DecodeConfig, precision: str) -> DecodeFn:
     from nmt.tokenizer import Tokenizer
 
     tokenizer = Tokenizer.load(config.model_dir / "spm.model")
-    translator = ct2.Translator(str(config.export_dir / "ct2"), device="cpu", compute_type={"fp32": "float32", "int8": "int8"}[precision],
+    device, _, index = config.device.partition(":")
+    translator = ct2.Translator(str(config.export_dir / "ct2"), device=device, device_index=int(index or 0),
+                                compute_type={"fp32": "float32", "int8": "int8", "bf16": "bfloat16"}[precision],
                                 intra_threads=config.threads, inter_threads=1)
     max_positions = json.loads((config.model_dir / "config.json").read_text())["max_positions"]
 
@@ -165,12 +183,16 @@ def measure(system: System, config: DecodeConfig, sources: list[Ids], batch_size
     decode([sources[i] for i in batches[len(batches) // 2]])
     seconds, outputs = [], [[] for _ in sources]
     for _ in range(config.runs):
+        synchronize(config.device)
         started = time.perf_counter()
         for batch in batches:
             for i, output in zip(batch, decode([sources[i] for i in batch])):
                 outputs[i] = output
+        synchronize(config.device)
         seconds.append(time.perf_counter() - started)
-    return Measurement(system.name, batch_size, seconds, load_seconds, peak_rss_mib(), outputs)
+    on_gpu = config.device.startswith("cuda")
+    peak_gpu_mib = torch.cuda.max_memory_allocated(config.device) / 2**20 if on_gpu else None  # PyTorch's allocator only
+    return Measurement(system.name, batch_size, seconds, load_seconds, peak_rss_mib(), outputs, peak_gpu_mib)
 
 
 def export_models(config: DecodeConfig) -> None:
@@ -197,7 +219,7 @@ def summarise(measurements: list[Measurement], dev: DevSet, config: DecodeConfig
         rows.append({
             "system": m.system, "batch_size": m.batch_size, "sentences_per_s": len(m.outputs) / seconds,
             "tokens_per_s": tokens / seconds, "target_tokens": tokens, "median_seconds": seconds, "seconds": m.seconds,
-            "load_seconds": m.load_seconds, "peak_rss_mib": m.peak_rss_mib,
+            "load_seconds": m.load_seconds, "peak_rss_mib": m.peak_rss_mib, "peak_gpu_mib": m.peak_gpu_mib,
             "bleu": score(hypotheses, dev.references, dev.target_lang)["bleu"], "sample": hypotheses[:3],
         })
     return add_ratios(rows)
@@ -238,25 +260,32 @@ def run(config: DecodeConfig) -> dict:
             measurements.append(measurement)
     rows = summarise(measurements, dev, config)
     settings = {k: str(v) if isinstance(v, Path) else v for k, v in asdict(config).items()}
-    return {"benchmark": "decode", "machine": machine(), "config": settings, "results": rows}
+    return {"benchmark": "decode", "machine": machine(config.device), "config": settings, "results": rows}
 
 
 def parse_args(argv: list[str] | None = None) -> DecodeConfig:
     defaults = DecodeConfig(Path("models/default"), Path("runs/release/data/dev.jsonl"))
+    gpu_defaults = f"(default: {' '.join(map(str, CPU_BATCH_SIZES))} on a CPU, {' '.join(map(str, GPU_BATCH_SIZES))} on a GPU)"
     parser = argparse.ArgumentParser(prog="python -m bench.decode", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_input_arguments(parser, defaults)
     parser.add_argument("--beam-size", type=int, default=defaults.beam_size)
-    parser.add_argument("--batch-sizes", type=int, nargs="+", default=list(defaults.batch_sizes))
+    parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda or cuda:N (default: %(default)s)")
+    parser.add_argument("--batch-sizes", type=int, nargs="+", help=f"sentences per batch {gpu_defaults}")
     parser.add_argument("--runs", type=int, default=defaults.runs, help="timed passes per system; the median is reported")
     parser.add_argument("--threads", type=int, default=defaults.threads)
-    parser.add_argument("--systems", nargs="+", choices=list(SYSTEMS), default=list(defaults.systems))
+    parser.add_argument("--systems", nargs="+", choices=list(SYSTEMS),
+                        help=f"default: {' '.join(CPU_SYSTEMS)} on a CPU, {' '.join(GPU_SYSTEMS)} on a GPU")
     parser.add_argument("--export-dir", type=Path, default=defaults.export_dir, help="where the HF and CTranslate2 exports go")
     parser.add_argument("--out", type=Path, default=defaults.out, help="JSON result file (default: %(default)s)")
     parser.add_argument("--report-only", action="store_true", help="print the table of the results already in --out, run nothing")
     args = parser.parse_args(argv)
+    device = args.device if args.report_only else resolve_bench_device(args.device)
+    on_gpu = device.startswith("cuda")
+    batch_sizes = args.batch_sizes or (GPU_BATCH_SIZES if on_gpu else CPU_BATCH_SIZES)
+    systems = args.systems or (GPU_SYSTEMS if on_gpu else CPU_SYSTEMS)
     return DecodeConfig(
         args.model, args.dev, args.corpus, args.source_lang, args.target_lang, args.sentences, args.beam_size,
-        tuple(args.batch_sizes), args.runs, args.threads, tuple(args.systems), args.export_dir, args.out, args.report_only,
+        tuple(batch_sizes), args.runs, args.threads, tuple(systems), device, args.export_dir, args.out, args.report_only,
     )
 
 

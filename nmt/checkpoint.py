@@ -5,18 +5,26 @@
       config.json         ModelConfig
       spm.model           SentencePiece model
       metadata.json       languages, language pairs, training summary, format version
+
+For transports that cap file sizes, the weights split into shards and join back, bit for bit:
+
+    python -m nmt.checkpoint split models/default --max-mib 16   # model-00001-of-00002.safetensors, ...
+    python -m nmt.checkpoint join models/default                 # model.safetensors again
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import shutil
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from safetensors import SafetensorError
+from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from nmt.model import ModelConfig, Transformer
@@ -24,6 +32,7 @@ from nmt.tokenizer import Tokenizer
 
 FORMAT_VERSION = 1
 WEIGHTS, CONFIG, TOKENIZER, METADATA = "model.safetensors", "config.json", "spm.model", "metadata.json"
+SHARDS = "model-*-of-*.safetensors"
 
 
 class CheckpointError(RuntimeError):
@@ -79,6 +88,9 @@ def load_model(directory: str | Path, device: str | torch.device = "cpu") -> Loa
     directory = Path(directory)
     if not directory.is_dir():
         raise CheckpointError(f"model directory {directory} does not exist")
+    if not (directory / WEIGHTS).is_file() and weight_shards(directory):
+        raise CheckpointError(f"model directory {directory} holds its weights in shards: "
+                              f"join them first (python -m nmt.checkpoint join {directory})")
     for name in (WEIGHTS, CONFIG, TOKENIZER, METADATA):
         if not (directory / name).is_file():
             raise CheckpointError(f"model directory {directory} is missing {name}")
@@ -103,3 +115,69 @@ def load_model(directory: str | Path, device: str | torch.device = "cpu") -> Loa
     if tokenizer.vocab_size != config.vocab_size:
         raise CheckpointError(f"{directory / TOKENIZER} has {tokenizer.vocab_size} pieces but the model expects {config.vocab_size}")
     return LoadedModel(model.to(device).eval(), tokenizer, metadata)
+
+
+def weight_shards(directory: Path) -> list[Path]:
+    return sorted(directory.glob(SHARDS))
+
+
+def _shard_bytes(tensors: dict[str, torch.Tensor]) -> int:
+    """An upper bound on the size of a safetensors file holding ``tensors``: their bytes plus a generous header."""
+    return sum(t.numel() * t.element_size() for t in tensors.values()) + 1024 + 256 * len(tensors)
+
+
+def split_weights(directory: str | Path, max_bytes: int = 16 * 2**20) -> list[Path]:
+    """Replace ``model.safetensors`` by shards of at most ``max_bytes`` each, whole tensors in file order."""
+    directory = Path(directory)
+    with safe_open(directory / WEIGHTS, "pt") as weights:
+        metadata, tensors = weights.metadata(), {name: weights.get_tensor(name) for name in weights.keys()}
+    groups: list[dict[str, torch.Tensor]] = [{}]
+    for name, tensor in tensors.items():
+        if _shard_bytes({name: tensor}) > max_bytes:
+            raise ValueError(f"{name} alone takes {_shard_bytes({name: tensor})} bytes, more than a shard of {max_bytes} may")
+        if groups[-1] and _shard_bytes({**groups[-1], name: tensor}) > max_bytes:
+            groups.append({})
+        groups[-1][name] = tensor
+    paths = [directory / f"model-{i:05d}-of-{len(groups):05d}.safetensors" for i in range(1, len(groups) + 1)]
+    for group, path in zip(groups, paths):
+        save_file(group, path, metadata=metadata)
+    (directory / WEIGHTS).unlink()
+    return paths
+
+
+def join_weights(directory: str | Path) -> Path:
+    """Write the shards of ``directory`` back into one ``model.safetensors`` (the file they were split from) and remove them."""
+    directory = Path(directory)
+    shards = weight_shards(directory)
+    if not shards:
+        raise CheckpointError(f"{directory} holds no weight shards ({SHARDS})")
+    tensors: dict[str, torch.Tensor] = {}
+    for shard in shards:
+        with safe_open(shard, "pt") as weights:
+            metadata = weights.metadata()
+            tensors |= {name: weights.get_tensor(name) for name in weights.keys()}
+    save_file(tensors, directory / WEIGHTS, metadata=metadata)
+    for shard in shards:
+        shard.unlink()
+    return directory / WEIGHTS
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m nmt.checkpoint", description="split a model directory's weights into "
+                                     "shards, or join them back into model.safetensors")
+    parser.add_argument("action", choices=["split", "join"])
+    parser.add_argument("directory", type=Path)
+    parser.add_argument("--max-mib", type=float, default=16, help="with split: the largest shard (default: %(default)s MiB)")
+    args = parser.parse_args(argv)
+    try:
+        written = split_weights(args.directory, int(args.max_mib * 2**20)) if args.action == "split" else [join_weights(args.directory)]
+    except (OSError, ValueError, CheckpointError, SafetensorError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    for path in written:
+        print(f"{path} ({path.stat().st_size / 2**20:.1f} MiB)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

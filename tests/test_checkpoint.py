@@ -10,7 +10,9 @@ import torch
 from fixture_model import fixture_examples, pad
 from safetensors.torch import load_file
 
-from nmt.checkpoint import CONFIG, METADATA, TOKENIZER, WEIGHTS, CheckpointError, load_model, save_model
+from nmt.checkpoint import (
+    CONFIG, METADATA, TOKENIZER, WEIGHTS, CheckpointError, join_weights, load_model, main, save_model, split_weights,
+)
 from nmt.search import SearchOptions, greedy_search
 
 
@@ -98,3 +100,29 @@ def test_corrupt_file_is_named(model_copy, name, damage):
     damage(model_copy / name)
     with pytest.raises(CheckpointError, match=re.escape(str(model_copy / name))):
         load_model(model_copy)
+
+
+def test_weights_split_into_small_shards_and_join_back_bit_for_bit(model_copy):
+    original = (model_copy / WEIGHTS).read_bytes()
+    shards = split_weights(model_copy, max_bytes=200_000)
+    assert len(shards) > 2 and not (model_copy / WEIGHTS).exists()
+    assert all(shard.stat().st_size <= 200_000 for shard in shards)
+    assert shards[-1].name == f"model-{len(shards):05d}-of-{len(shards):05d}.safetensors"
+    with pytest.raises(CheckpointError, match="shards: join them first"):
+        load_model(model_copy)
+    assert main(["join", str(model_copy)]) == 0
+    assert (model_copy / WEIGHTS).read_bytes() == original
+    assert not list(model_copy.glob("model-*-of-*.safetensors"))
+
+
+def test_fp16_shards_stay_fp16(fixture_translator, tmp_path):
+    directory = save_model(tmp_path / "half", fixture_translator.model, fixture_translator.tokenizer, {}, dtype=torch.float16)
+    split_weights(directory, max_bytes=200_000)
+    join_weights(directory)
+    assert {t.dtype for t in load_file(directory / WEIGHTS).values() if t.is_floating_point()} == {torch.float16}
+
+
+def test_a_tensor_larger_than_a_shard_is_refused_and_nothing_is_lost(model_copy, capsys):
+    assert main(["split", str(model_copy), "--max-mib", "0.1"]) == 2
+    assert "more than a shard" in capsys.readouterr().err
+    assert (model_copy / WEIGHTS).is_file() and not list(model_copy.glob("model-*-of-*.safetensors"))

@@ -129,3 +129,36 @@ def test_a_cooldown_fork_decays_to_zero_and_leaves_the_source_run_alone(prepared
                                                             "--cooldown-steps", "10")],
                            cwd=ROOT, env=environment(), capture_output=True, text=True, timeout=300)
     assert other.returncode != 0 and "was forked at step 20, not 10" in other.stderr
+
+
+def dev_nll(run_dir: Path) -> float:
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [r for r in records if r["kind"] == "dev"][-1]["dev_nll"]
+
+
+def test_a_fresh_run_warm_starts_from_fp16_weights_and_resumes_as_usual(prepared, tmp_path):
+    """--init-from: the new run begins where the released (fp16) model was, not from random weights."""
+    earlier = fresh_copy(prepared, tmp_path / "earlier")
+    run(*train_command(earlier, "--max-steps", "20"))
+    released = tmp_path / "released"
+    run("-m", "training.release", "--model", str(earlier / "best"), "--out", str(released))
+
+    warm, cold = fresh_copy(prepared, tmp_path / "warm"), fresh_copy(prepared, tmp_path / "cold")
+    result = run(*train_command(warm, "--max-steps", "1", "--init-from", str(released)))
+    run(*train_command(cold, "--max-steps", "1"))
+    assert f"from the weights of {released}" in result.stdout
+    assert dev_nll(warm) == pytest.approx(dev_nll(earlier), abs=0.1)  # one warm-up step barely moves it
+    assert dev_nll(warm) < dev_nll(cold) - 0.3
+    assert json.loads((warm / "best" / "metadata.json").read_text())["training"]["init_from"] == str(released)
+    again = run(*train_command(warm, "--max-steps", "2", "--init-from", str(released)))
+    assert "resumed at step 1 (--init-from applies to a fresh run only)" in again.stdout
+
+
+def test_warm_starting_from_another_vocabulary_is_refused(prepared, tmp_path, fixture_model_dir):
+    run_dir = fresh_copy(prepared, tmp_path / "run")
+    result = subprocess.run([sys.executable, *train_command(run_dir, "--init-from", str(fixture_model_dir))],
+                            cwd=ROOT, env=environment(), capture_output=True, text=True, timeout=300)
+    assert result.returncode != 0
+    assert f"cannot warm-start from {fixture_model_dir}" in result.stderr
+    assert "the vocabularies differ" in result.stderr or "vocab_size" in result.stderr
+    assert not (run_dir / "checkpoints" / "step-00000040").exists()

@@ -12,12 +12,13 @@ from safetensors.torch import load_file
 
 from fixture_model import FIXTURES, fixture_examples, fixture_pairs, tiny_config, train_fixture_tokenizer
 from nmt.model import Transformer
+from training.state import warm_start
 from training.trainer import DevPair, Trainer, TrainingConfig
 
 RANDOM_VOCABULARY = 600
 
 
-def make_trainer(run_dir, tokenizer, examples=None, vocab_size=None, dev=None, **overrides) -> Trainer:
+def make_trainer(run_dir, tokenizer, examples=None, vocab_size=None, dev=None, device="cpu", **overrides) -> Trainer:
     """A trainer on the fixture corpus (or on ``examples`` over ``vocab_size`` ids), its model seeded alike every time."""
     torch.manual_seed(0)
     examples = fixture_examples(tokenizer) if examples is None else examples
@@ -25,7 +26,7 @@ def make_trainer(run_dir, tokenizer, examples=None, vocab_size=None, dev=None, *
     settings = dict(max_tokens=160, warmup_steps=10, lr=3e-3, log_every=5, eval_every=20, save_every=10,
                     max_steps=40, dev_max_sentences=8, dev_beam_size=2, progress_bar=False, seed=3)
     config = TrainingConfig(**{**settings, **overrides})
-    model = Transformer(tiny_config(vocab_size or tokenizer.vocab_size, dropout=0.1))
+    model = Transformer(tiny_config(vocab_size or tokenizer.vocab_size, dropout=0.1)).to(device)
     metadata = {"name": "test", "language_pairs": [["ko", "en"], ["en", "ko"]]}
     return Trainer(model, tokenizer, [s for s, _ in examples], [t for _, t in examples], dev, config, run_dir, metadata)
 
@@ -112,3 +113,14 @@ def test_cpu_attention_kernels_train_alike(tmp_path):
 def test_unknown_cpu_attention_kernel_is_refused():
     with pytest.raises(ValueError, match="cpu_attention"):
         TrainingConfig(cpu_attention="flash")
+
+
+def test_warm_start_copies_the_weights_and_refuses_another_shape(fixture_model_dir, fixture_translator):
+    tokenizer = fixture_translator.tokenizer
+    same = Transformer(tiny_config(tokenizer.vocab_size, dropout=0.3))  # dropout may differ
+    warm_start(same, tokenizer, fixture_model_dir)
+    for name, tensor in fixture_translator.model.state_dict().items():
+        assert torch.equal(same.state_dict()[name], tensor), name
+    wider = Transformer(tiny_config(tokenizer.vocab_size, d_model=128))
+    with pytest.raises(ValueError, match=r"different model: d_model 64 \(the recipe: 128\)"):
+        warm_start(wider, tokenizer, fixture_model_dir)

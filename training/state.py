@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-from nmt.checkpoint import CONFIG, METADATA, TOKENIZER, WEIGHTS, save_model
+from nmt.checkpoint import CONFIG, METADATA, TOKENIZER, WEIGHTS, load_model, save_model
 from nmt.model import Transformer
 from nmt.tokenizer import Tokenizer
 
@@ -124,6 +124,25 @@ def fork_run(checkpoint: Path, run_dir: Path) -> int:
     staging.rename(run_dir / "checkpoints" / checkpoint.name)
     record.write_text(json.dumps({"from": str(checkpoint.resolve()), "step": step}) + "\n")
     return step
+
+
+def warm_start(model: Transformer, tokenizer: Tokenizer, model_dir: Path) -> None:
+    """Give a fresh run's ``model`` the weights of a model directory (fp16 or fp32 on disk), e.g. one trained in an
+    earlier short run on another machine; the optimizer and schedule start afresh.
+
+    The directory must hold a model of the same shape (dropout may differ) and the same vocabulary, piece for piece.
+    """
+    loaded = load_model(model_dir)
+    shape = lambda config: {k: v for k, v in config.to_dict().items() if k not in ("dropout", "attention_dropout")}
+    ours, theirs = shape(model.config), shape(loaded.model.config)
+    differences = [f"{k} {theirs[k]} (the recipe: {ours[k]})" for k in ours if ours[k] != theirs[k]]
+    if differences:
+        raise ValueError(f"{model_dir} holds a different model: {', '.join(differences)}")
+    pieces = lambda t: [t.sp.id_to_piece(i) for i in range(t.vocab_size)]
+    if pieces(loaded.tokenizer) != pieces(tokenizer):
+        raise ValueError(f"{model_dir / TOKENIZER} is not the run's tokenizer: the vocabularies differ")
+    with torch.no_grad():
+        model.load_state_dict(loaded.model.state_dict())
 
 
 def clear_staging(run_dir: Path) -> None:

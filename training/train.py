@@ -11,6 +11,13 @@ A release can cool a copy of a run down while the run itself goes on (``make coo
         --fork-from runs/release/checkpoints/step-00007000 --cooldown-steps 600
 
 starts the new run directory from that checkpoint and decays the learning rate linearly to zero over 600 steps.
+
+A fresh run can warm-start from a model directory's weights (fp16 or fp32), e.g. those of an earlier short run on
+a GPU, with a fresh optimizer and schedule (``make train INIT_FROM=DIR``):
+
+    python -m training.train --config configs/release.yaml --run-dir runs/release-2 --init-from runs/release/best
+
+Training runs on the GPU when there is one (under torchrun, one per process), on the CPU otherwise.
 """
 
 from __future__ import annotations
@@ -26,11 +33,12 @@ import torch
 import torch.distributed as dist
 from datasets import load_from_disk
 
+from nmt.checkpoint import CheckpointError
 from nmt.model import ModelConfig, Transformer
 from nmt.tokenizer import Tokenizer
 from training.memory import limit_kernel_cache
 from training.recipe import load_recipe
-from training.state import fork_run
+from training.state import fork_run, warm_start
 from training.trainer import DevPair, Distributed, Trainer, TrainingConfig
 
 
@@ -45,7 +53,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--fork-from", type=Path, help="start RUN_DIR from this checkpoint of another run")
     parser.add_argument("--cooldown-steps", type=int,
                         help="with --fork-from: decay the learning rate linearly to zero over this many steps, then stop")
+    parser.add_argument("--init-from", type=Path,
+                        help="a fresh run starts from this model directory's weights (same shape and vocabulary)")
     args = parser.parse_args(argv)
+    if args.init_from and args.fork_from:
+        parser.error("--init-from starts a fresh run and --fork-from continues another one: choose one")
     if args.cooldown_steps is not None and (args.fork_from is None or args.cooldown_steps < 1):
         parser.error("--cooldown-steps needs --fork-from and at least 1 step")
     return args
@@ -102,7 +114,8 @@ def main(argv: list[str] | None = None) -> None:
         "name": recipe.name,
         "version": "0.1.0",
         "language_pairs": [list(d) for d in recipe.directions],
-        "training": {"recipe": str(args.config), "examples": len(train), "config": asdict(config)},
+        "training": {"recipe": str(args.config), "examples": len(train), "config": asdict(config),
+                     **({"init_from": str(args.init_from)} if args.init_from else {})},
     }
     # Plain lists: per-example access to Arrow columns costs more than holding ~8M ints in memory.
     sources, targets = (train.data.column(name).to_pylist() for name in ("source", "target"))
@@ -111,8 +124,15 @@ def main(argv: list[str] | None = None) -> None:
         config, run_dir, metadata, distributed,
     )
     resumed = trainer.resume()
+    if args.init_from and not resumed:
+        try:
+            warm_start(model, tokenizer, args.init_from)  # every rank reads the same weights
+        except (ValueError, CheckpointError) as error:
+            raise SystemExit(f"error: cannot warm-start from {args.init_from}: {error}") from error
     if distributed.is_main:
         where = f"resumed at step {trainer.progress.step}" if resumed else "from scratch"
+        if args.init_from:
+            where = f"{where} (--init-from applies to a fresh run only)" if resumed else f"from the weights of {args.init_from}"
         print(f"training {recipe.name}: {model.num_parameters() / 1e6:.1f}M parameters, {len(train)} examples, "
               f"{distributed.world_size} process(es) on {device}, {where}", flush=True)
     progress = trainer.fit()
