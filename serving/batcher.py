@@ -29,6 +29,7 @@ from nmt.search import SearchOptions
 from nmt.translator import Translation, Translator
 from serving.config import BatchingConfig
 from serving.errors import Overloaded, RequestExpired, ShuttingDown
+from serving.threads import AdaptiveThreads
 
 logger = logging.getLogger(__name__)
 
@@ -64,10 +65,14 @@ class _Queued:
 
 
 class Batcher:
-    """The queue and the worker thread; ``clock`` (``time.monotonic``) is what deadlines are compared with."""
+    """The queue and the worker thread; ``clock`` (``time.monotonic``) is what deadlines are compared with.
 
-    def __init__(self, translator: Translator, config: BatchingConfig, clock: Callable[[], float] = time.monotonic):
-        self.translator, self.config, self.clock = translator, config, clock
+    With ``threads`` the worker adapts its decoding threads to what other processes leave of the CPUs.
+    """
+
+    def __init__(self, translator: Translator, config: BatchingConfig, clock: Callable[[], float] = time.monotonic,
+                 threads: AdaptiveThreads | None = None):
+        self.translator, self.config, self.clock, self.threads = translator, config, clock, threads
         self._changed = threading.Condition()
         self._groups: dict[tuple, deque[_Queued]] = {}
         self._queued = 0
@@ -121,6 +126,8 @@ class Batcher:
 
     def _run(self) -> None:
         while self._admit():
+            if self.threads is not None:
+                self.threads.adjust()
             for key, search in list(self._running.items()):
                 self._step(search)
                 if not search:

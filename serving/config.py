@@ -61,6 +61,7 @@ class ServerConfig:
     device: str = "auto"
     precision: str = "fp32"  # fp32, bf16 or int8: how the decoding copy of the model multiplies (nmt.precision)
     torch_threads: int | None = None  # None leaves torch's default
+    adaptive_threads: bool = True  # on a CPU, decode on the CPUs other processes leave free, at most torch_threads
     tls_cert: Path | None = None  # PEM certificate chain; with tls_key, serve TLS only
     tls_key: Path | None = None
     max_receive_message_bytes: int = 4 * MIB

@@ -39,6 +39,7 @@ from serving.http import HttpApi
 from serving.messages import model_info_message, translation_message
 from serving.observability import Metrics, RequestRecord, configure_logging, log_request
 from serving.stubs import SERVICE_NAME, translator_pb2, translator_pb2_grpc
+from serving.threads import AdaptiveThreads
 from serving.validation import RequestValidator
 
 logger = logging.getLogger("serving.server")  # not __name__, which is __main__ under -m
@@ -158,7 +159,10 @@ class TranslationServer:
 
     @classmethod
     async def start(cls, config: ServerConfig, translator: Translator) -> TranslationServer:
-        batcher = Batcher(translator, config.batching)
+        threads = None
+        if config.adaptive_threads and translator.device.type == "cpu":
+            threads = AdaptiveThreads(maximum=torch.get_num_threads())
+        batcher = Batcher(translator, config.batching, threads=threads)
         metrics = Metrics(lambda: batcher.queued) if config.metrics_port is not None else None
         server = grpc.aio.server(
             options=[
@@ -297,6 +301,9 @@ def parse_args(argv: list[str] | None = None) -> tuple[ServerConfig, str]:
     parser.add_argument("--precision", choices=PRECISIONS, default=defaults.precision,
                         help="decoding precision: int8 is fastest on CPUs, bf16 on AVX-512-BF16/AMX (default: %(default)s)")
     parser.add_argument("--torch-threads", type=int, help="CPU threads for decoding (default: torch's choice)")
+    parser.add_argument("--fixed-threads", action="store_true",
+                        help="always decode on --torch-threads threads; by default decoding uses fewer while other "
+                             "processes keep CPUs busy (serving/threads.py)")
     parser.add_argument("--tls-cert", type=Path, help="PEM certificate chain; with --tls-key the server speaks TLS only")
     parser.add_argument("--tls-key", type=Path, help="PEM private key of --tls-cert")
     parser.add_argument("--grace-period", type=float, default=defaults.grace_period_s,
@@ -328,7 +335,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[ServerConfig, str]:
             max_batch_tokens = decoding_budget(resolve_device(args.device)).max_batch_tokens
         config = ServerConfig(
             model_dir=args.model, host=args.host, port=args.port, device=args.device, precision=args.precision,
-            torch_threads=args.torch_threads,
+            torch_threads=args.torch_threads, adaptive_threads=not args.fixed_threads,
             tls_cert=args.tls_cert, tls_key=args.tls_key, max_receive_message_bytes=args.max_message_bytes,
             grace_period_s=args.grace_period, reflection=not args.no_reflection, metrics_port=args.metrics_port,
             http=None if args.no_http else HttpConfig(args.http_host, args.http_port),
