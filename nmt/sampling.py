@@ -3,7 +3,7 @@
 Back-translation from sampled sources trains better forward models than from beam output once monolingual data
 is plentiful (Edunov et al., 2018, "Understanding Back-Translation at Scale"): beam search returns the regular,
 most likely sentence, sampling the variety of real translations. The rules of what may come next (no PAD, BOS or
-banned ids, EOS at the length limit, optional n-gram blocking) are :func:`nmt.search.best_next_tokens`'s, so a
+banned ids, EOS at the length limit, optional n-gram blocking) are :func:`nmt.search.allowed_log_probs`'s, so a
 sampled sentence obeys exactly what a searched one does.
 """
 
@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from nmt.model import Transformer
-from nmt.search import Hypothesis, SearchOptions, best_next_tokens, length_normalise, max_target_lengths
+from nmt.search import Hypothesis, SearchOptions, allowed_log_probs, length_normalise, max_target_lengths, top_k
 
 
 @dataclass
@@ -47,7 +47,6 @@ def sample(
     memory, memory_mask = model.encode(source)
     cache = model.start_cache(memory, memory_mask)
     max_lengths = max_target_lengths(source, pad_id, options, model.config.max_positions)
-    candidates_per_row = min(sampling.top_k or model.config.vocab_size, model.config.vocab_size)
 
     prefixes = torch.full((sentences, 1), bos_id, dtype=torch.long, device=device)
     log_prob = torch.zeros(sentences, device=device)
@@ -55,13 +54,16 @@ def sample(
     running = torch.ones(sentences, dtype=torch.bool, device=device)
     for step in range(int(max_lengths.max())):
         logits, _ = model.decode_step(prefixes[:, -1], cache)
-        allowed_log_probs, allowed = best_next_tokens(
-            logits, candidates_per_row, prefixes, max_lengths <= step + 1, options, (pad_id, bos_id, eos_id)
-        )
+        log_probs = allowed_log_probs(logits, prefixes, max_lengths <= step + 1, options, (pad_id, bos_id, eos_id))
+        candidates = None
+        if 0 < sampling.top_k < log_probs.size(-1):
+            log_probs, candidates = top_k(log_probs, sampling.top_k)
         # softmax(log p / T) is softmax(logits / T) over the allowed tokens; banned ones (-inf) get probability 0.
-        drawn = torch.multinomial((allowed_log_probs / sampling.temperature).softmax(dim=-1), 1, generator=generator)
-        token = torch.where(running, allowed.gather(1, drawn).squeeze(1), pad_id)
-        log_prob += torch.where(running, allowed_log_probs.gather(1, drawn).squeeze(1), 0.0)
+        drawn = torch.multinomial((log_probs / sampling.temperature).softmax(dim=-1), 1, generator=generator)
+        log_prob += torch.where(running, log_probs.gather(1, drawn).squeeze(1), 0.0)
+        if candidates is not None:
+            drawn = candidates.gather(1, drawn)
+        token = torch.where(running, drawn.squeeze(1), pad_id)
         lengths += running.long()
         prefixes = torch.cat([prefixes, token[:, None]], dim=1)
         running &= token != eos_id

@@ -94,7 +94,14 @@ def top_k(values: Tensor, k: int, block: int = 64) -> tuple[Tensor, Tensor]:
 def best_next_tokens(
     logits: Tensor, k: int, prefixes: Tensor, at_limit: Tensor, options: SearchOptions, special: tuple[int, int, int]
 ) -> tuple[Tensor, Tensor]:
-    """Each row's ``k`` most probable allowed next tokens (rows × k) and their log-probabilities.
+    """Each row's ``k`` most probable allowed next tokens (rows × k) and their log-probabilities."""
+    return top_k(allowed_log_probs(logits, prefixes, at_limit, options, special), k)
+
+
+def allowed_log_probs(
+    logits: Tensor, prefixes: Tensor, at_limit: Tensor, options: SearchOptions, special: tuple[int, int, int]
+) -> Tensor:
+    """Next-token log-probabilities (rows × vocabulary), ``-inf`` where a token is not allowed.
 
     PAD, BOS and ``options.banned_ids`` are never predicted, nor tokens that would repeat a banned n-gram; a row at
     its length limit may only end.
@@ -110,7 +117,7 @@ def best_next_tokens(
     if bool(at_limit.any()):
         not_eos = torch.arange(log_probs.size(-1), device=log_probs.device) != eos_id
         log_probs.masked_fill_(at_limit[:, None] & not_eos, float("-inf"))
-    return top_k(log_probs, k)
+    return log_probs
 
 
 @dataclass(eq=False)
