@@ -15,7 +15,11 @@ PORT     ?= 50051
 HTTP_HOST ?= 127.0.0.1
 HTTP_PORT ?= 8080
 PRECISION ?= fp32
+DEVICE   ?= auto
+INIT_FROM ?=
 BENCH_THREADS ?= 2
+NOISY    ?=
+SOAK_MINUTES ?= 20
 TEXT     ?= 나는 학생입니다
 SRC      ?= ko
 TGT      ?= en
@@ -31,7 +35,7 @@ BT_SEARCH ?= beam
 BT_THREADS ?= 2
 export DATA_DIR BT_DIR HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1
 
-.PHONY: help install proto test data train cooldown backtranslate eval average release serve translate plot-attention bench bench-decode bench-serve bench-train bench-profile clean
+.PHONY: help install proto test data train cooldown backtranslate eval average release serve translate plot-attention bench bench-decode bench-serve bench-train bench-profile soak clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -54,11 +58,11 @@ test: install  ## run the test suite (pytest's "no tests collected" counts as su
 data: install  ## load, clean and tokenize the recipe's corpora into $(RUN_DIR)/data
 	$(PY) -m training.prepare --config $(CONFIG) --run-dir $(RUN_DIR)
 
-train: data  ## train (NPROC>1 runs torchrun DDP); resumes from $(RUN_DIR) if it holds a checkpoint
+train: data  ## train on CUDA if present (NPROC>1: torchrun DDP); resumes from $(RUN_DIR); INIT_FROM=MODEL_DIR warm-starts a fresh run
 ifeq ($(NPROC),1)
-	$(PY) -m training.train --config $(CONFIG) --run-dir $(RUN_DIR)
+	$(PY) -m training.train --config $(CONFIG) --run-dir $(RUN_DIR) $(if $(INIT_FROM),--init-from $(INIT_FROM))
 else
-	$(VENV)/bin/torchrun --standalone --nproc_per_node=$(NPROC) -m training.train --config $(CONFIG) --run-dir $(RUN_DIR)
+	$(VENV)/bin/torchrun --standalone --nproc_per_node=$(NPROC) -m training.train --config $(CONFIG) --run-dir $(RUN_DIR) $(if $(INIT_FROM),--init-from $(INIT_FROM))
 endif
 
 backtranslate: install  ## translate BT_INPUT (language BT_LANG) with $(MODEL) into the corpus folder BT_OUT; resumable
@@ -80,8 +84,8 @@ average: install  ## average the last checkpoints of $(RUN_DIR) into $(RUN_DIR)/
 release: install  ## publish RELEASE_FROM (default $(RUN_DIR)/best) as models/default, fp16 weights
 	$(PY) -m training.release --model $(RELEASE_FROM) --out models/default --run-dir $(RUN_DIR)
 
-serve: install  ## serve $(MODEL) over gRPC on $(HOST):$(PORT) and HTTP (API, web page) on $(HTTP_HOST):$(HTTP_PORT)
-	$(PY) -m serving.server --model $(MODEL) --host $(HOST) --port $(PORT) --http-host $(HTTP_HOST) --http-port $(HTTP_PORT) --precision $(PRECISION)
+serve: install  ## serve $(MODEL) over gRPC on $(HOST):$(PORT) and HTTP (API, web page) on $(HTTP_HOST):$(HTTP_PORT), on DEVICE=auto|cpu|cuda
+	$(PY) -m serving.server --model $(MODEL) --host $(HOST) --port $(PORT) --http-host $(HTTP_HOST) --http-port $(HTTP_PORT) --precision $(PRECISION) --device $(DEVICE)
 
 translate: install  ## translate TEXT through the running server
 	$(PY) -m serving.client --target $(HOST):$(PORT) --source-lang $(SRC) --target-lang $(TGT) "$(TEXT)"
@@ -96,13 +100,17 @@ $(VENV)/.bench-installed: $(VENV)/.installed pyproject.toml
 bench: bench-decode bench-serve bench-train  ## all three benchmarks; results in .bench/, write-up in BENCHMARKS.md
 
 bench-decode: install $(VENV)/.bench-installed  ## beam-4 decoding of $(MODEL): ours fp32/int8/bf16 vs HF generate and CTranslate2
-	$(PY) -m bench.decode --model $(MODEL) --dev $(RUN_DIR)/data/dev.jsonl --threads $(BENCH_THREADS)
+	$(PY) -m bench.decode --model $(MODEL) --dev $(RUN_DIR)/data/dev.jsonl --threads $(BENCH_THREADS) --device $(DEVICE)
 
-bench-serve: install  ## the gRPC server under 1, 8 and 32 concurrent clients, batching on and off
-	$(PY) -m bench.serve --model $(MODEL) --dev $(RUN_DIR)/data/dev.jsonl --threads $(BENCH_THREADS)
+bench-serve: install  ## the gRPC server under 1, 16 and 32 clients, batching on and off; NOISY=1: fp32 quiet vs beside a busy CPU
+	$(PY) -m bench.serve --model $(MODEL) --dev $(RUN_DIR)/data/dev.jsonl --threads $(BENCH_THREADS) \
+		$(if $(NOISY),--noisy-neighbour --precisions fp32 --batching on)
+
+soak: install  ## drive the server for SOAK_MINUTES with a mixed load; fails on lost requests or growing memory
+	$(PY) -m bench.soak --model $(MODEL) --dev $(RUN_DIR)/data/dev.jsonl --threads $(BENCH_THREADS) --minutes $(SOAK_MINUTES)
 
 bench-train: install  ## training-step tokens/s of $(CONFIG) and its FLOP/s against a measured matmul peak
-	$(PY) -m bench.train --config $(CONFIG) --run-dir $(RUN_DIR) --threads $(BENCH_THREADS)
+	$(PY) -m bench.train --config $(CONFIG) --run-dir $(RUN_DIR) --threads $(BENCH_THREADS) --device $(DEVICE)
 
 bench-profile: install  ## where our decoding time goes (torch.profiler), batch 1 and 32
 	$(PY) -m bench.profile --model $(MODEL) --dev $(RUN_DIR)/data/dev.jsonl --threads $(BENCH_THREADS)
