@@ -35,7 +35,7 @@ BT_SEARCH ?= beam
 BT_THREADS ?= 2
 export DATA_DIR BT_DIR HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1
 
-.PHONY: help install proto test data train cooldown backtranslate eval average release serve translate plot-attention bench bench-decode bench-serve bench-train bench-profile soak clean
+.PHONY: help install proto test data train cooldown backtranslate eval average release serve translate plot-attention bench bench-decode bench-serve bench-train bench-profile soak gpu-carry gpu-check clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -114,6 +114,12 @@ bench-train: install  ## training-step tokens/s of $(CONFIG) and its FLOP/s agai
 
 bench-profile: install  ## where our decoding time goes (torch.profiler), batch 1 and 32
 	$(PY) -m bench.profile --model $(MODEL) --dev $(RUN_DIR)/data/dev.jsonl --threads $(BENCH_THREADS)
+
+gpu-carry: install  ## for a GPU session: the wheels its image lacks and the release data, compressed, into .gpu-carry/
+	bash bench/cuda_session.sh prepare
+
+gpu-check:  ## on a CUDA machine: pytest -m cuda, bench-decode and bench-train there; results in $$OUT (default .gpu-out/)
+	bash bench/cuda_session.sh
 
 clean:  ## remove generated stubs and caches (keeps .venv and runs/)
 	rm -rf serving/generated .pytest_cache

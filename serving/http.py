@@ -32,7 +32,7 @@ from nmt.translator import Translator
 from serving.batcher import Batcher, Decoded, Job
 from serving.config import ServerConfig
 from serving.errors import InvalidRequest, Overloaded, ServingError, ShuttingDown
-from serving.messages import model_info_message, translation_message
+from serving.messages import batch_message, model_info_message, translation_message
 from serving.observability import Metrics, RequestRecord, log_request
 from serving.stubs import translator_pb2
 from serving.validation import RequestValidator
@@ -115,8 +115,7 @@ class HttpApi:
 
     async def _translate_batch(self, request: web.Request, record: RequestRecord) -> Message:
         job = self.validator.batch_job(await self._body(request, translator_pb2.TranslateBatchRequest()))
-        results = [translation_message(t) for t in (await self._decode(job, record)).translations]
-        return translator_pb2.TranslateBatchResponse(translations=[r.translation for r in results], results=results)
+        return batch_message((await self._decode(job, record)).translations)
 
     async def _explain(self, request: web.Request, record: RequestRecord) -> dict:
         job = self.validator.translate_job(await self._body(request, translator_pb2.TranslateRequest()))

@@ -20,6 +20,11 @@ def translation_message(translation: Translation) -> translator_pb2.TranslateRes
     return response
 
 
+def batch_message(translations: list[Translation]) -> translator_pb2.TranslateBatchResponse:
+    results = [translation_message(t) for t in translations]
+    return translator_pb2.TranslateBatchResponse(translations=[r.translation for r in results], results=results)
+
+
 def model_info_message(translator: Translator, limits: Limits) -> translator_pb2.GetModelInfoResponse:
     config = translator.model.config
     return translator_pb2.GetModelInfoResponse(

@@ -36,9 +36,9 @@ from serving.batcher import Batcher, Decoded, Job
 from serving.config import BatchingConfig, HttpConfig, Limits, ServerConfig
 from serving.errors import ServingError
 from serving.http import HttpApi
-from serving.messages import model_info_message, translation_message
+from serving.messages import batch_message, model_info_message, translation_message
 from serving.observability import Metrics, RequestRecord, configure_logging, log_request
-from serving.stubs import SERVICE_NAME, translator_pb2, translator_pb2_grpc
+from serving.stubs import SERVICE_NAME, translator_pb2_grpc
 from serving.threads import AdaptiveThreads
 from serving.validation import RequestValidator
 
@@ -64,8 +64,7 @@ class TranslatorServicer(translator_pb2_grpc.TranslatorServicer):
         async with self._rpc("TranslateBatch", context) as record:
             job = self.validator.batch_job(request)
             decoded = await self._result(self._submit(job, context, record), record)
-            results = [translation_message(t) for t in decoded.translations]
-            return translator_pb2.TranslateBatchResponse(translations=[r.translation for r in results], results=results)
+            return batch_message(decoded.translations)
 
     async def TranslateStream(self, requests, context):
         async with self._rpc("TranslateStream", context) as record:

@@ -69,7 +69,7 @@ def test_sigterm_lets_in_flight_requests_finish_and_exits_0(server_process, fixt
     # A long first request keeps the worker busy; without batching the requests arriving meanwhile queue behind
     # it until SIGTERM makes the server drain them.
     process = start("--model", str(fixture_model_dir), "--device", "cpu", "--port", "0", "--metrics-port", "0",
-                    "--no-batching")
+                    "--http-port", "0", "--no-batching")
     serving = wait_for_log_line(process, log, "serving")
     long_text = " ".join([SOURCES[0]] * 60)
     with grpc.insecure_channel(f"127.0.0.1:{serving['port']}") as channel:
