@@ -6,7 +6,6 @@ import dataclasses
 import gzip
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time

@@ -112,8 +112,14 @@ def shard_dir(out: Path, index: int) -> Path:
     return out / "shards" / f"{index:05d}"
 
 
-def translate_shard(translator: Translator, lines: Sequence[str], config: BacktranslationConfig, index: int) -> dict:
-    """Translate one shard's lines and filter them; returns the kept pairs by language and the shard's record."""
+@dataclass
+class Shard:
+    pairs: dict[str, list[str]]  # the kept pairs, by language, in input order
+    record: dict  # index, lines read and kept, drops per reason, seconds of translation
+
+
+def translate_shard(translator: Translator, lines: Sequence[str], config: BacktranslationConfig, index: int) -> Shard:
+    """Translate one shard's lines and filter them."""
     strategy: Strategy = search
     if config.search == "sample":
         generator = torch.Generator(device=translator.device).manual_seed(shard_seed(config.seed, index))
@@ -126,18 +132,18 @@ def translate_shard(translator: Translator, lines: Sequence[str], config: Backtr
     kept, dropped = filter_translations(lines, translations, config.filters)
     pairs = {config.lang: [lines[i] for i in kept], config.target_lang: [translations[i] for i in kept]}
     record = {"index": index, "read": len(lines), "kept": len(kept), "dropped": dict(dropped), "seconds": seconds}
-    return {"pairs": pairs, "record": record}
+    return Shard(pairs, record)
 
 
-def write_shard(out: Path, index: int, pairs: dict[str, list[str]], record: dict) -> None:
+def write_shard(out: Path, shard: Shard) -> None:
     """Build the shard in a hidden folder and rename it into place: it exists complete or not at all."""
-    final = shard_dir(out, index)
+    final = shard_dir(out, shard.record["index"])
     staging = final.with_name(f".{final.name}.partial")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
-    for lang, lines in pairs.items():
+    for lang, lines in shard.pairs.items():
         _write_lines(staging / f"train.{lang}", lines)
-    (staging / SHARD_RECORD).write_text(json.dumps(record) + "\n", encoding="utf-8")
+    (staging / SHARD_RECORD).write_text(json.dumps(shard.record) + "\n", encoding="utf-8")
     staging.rename(final)
 
 
@@ -150,7 +156,7 @@ def assemble(out: Path, config: BacktranslationConfig, shards: int, model_metada
             for index in range(shards):
                 merged.write((shard_dir(out, index) / f"train.{lang}").read_bytes())
         os.replace(staging, out / f"train.{lang}")
-    dropped = Counter()
+    dropped: Counter[str] = Counter()
     for record in records:
         dropped.update(record["dropped"])
     read, seconds = sum(r["read"] for r in records), sum(r["seconds"] for r in records)
@@ -191,8 +197,8 @@ def backtranslate(config: BacktranslationConfig, progress_bar: bool = True) -> d
               disable=not (progress_bar and distributed.is_main)) as bar:
         for index in todo:
             shard = translate_shard(translator, lines[ranges[index].start : ranges[index].stop], config, index)
-            write_shard(config.out, index, shard["pairs"], shard["record"])
-            bar.update(shard["record"]["read"])
+            write_shard(config.out, shard)
+            bar.update(shard.record["read"])
     if distributed.world_size > 1:
         dist.barrier()  # every rank's shards are on disk before rank 0 reads them
     summary = assemble(config.out, config, len(ranges), translator.metadata) if distributed.is_main else None
