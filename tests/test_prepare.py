@@ -155,11 +155,20 @@ def test_synthetic_text_stays_out_of_the_tokenizer(prepared_with_bt, prepared):
     assert (with_bt / "spm.model").read_bytes() == (without / "spm.model").read_bytes()
 
 
-def test_tagging_changes_the_recipe_hash(prepared_with_bt):
+def test_tagging_or_remaking_a_synthetic_corpus_changes_the_recipe_hash(prepared_with_bt, tmp_path):
     config, _, report = prepared_with_bt
     recipe = load_recipe(config)
     untagged = dataclasses.replace(recipe, train=[dataclasses.replace(spec, tagged=False) for spec in recipe.train])
     assert recipe_hash(recipe) == report["recipe_hash"] != recipe_hash(untagged)
+    synthetic = recipe.train[-1]
+    for lang in ("ko", "en"):
+        shutil.copy(f"{recipe.resolve(synthetic)}.{lang}", tmp_path / f"train.{lang}")
+    moved = dataclasses.replace(synthetic, path=str(tmp_path / "train"))
+    remade = dataclasses.replace(recipe, train=[*recipe.train[:-1], moved])
+    before = recipe_hash(remade)
+    with (tmp_path / "train.en").open("a", encoding="utf-8") as english:
+        english.write("one more line\n")
+    assert recipe_hash(remade) != before
 
 
 def test_a_synthetic_side_no_direction_starts_from_is_refused(tmp_path):

@@ -144,7 +144,7 @@ def recipe_hash(recipe: Recipe) -> str:
         "format": FORMAT_VERSION,
         "data_dir": str(recipe.data_dir.resolve()),
         "directions": [list(direction) for direction in recipe.directions],
-        "corpora": {split: [_spec_settings(spec) for spec in getattr(recipe, split)] for split in ("train", "dev", "test")},
+        "corpora": {split: [_spec_settings(spec, recipe) for spec in getattr(recipe, split)] for split in ("train", "dev", "test")},
         "cleaning": recipe.cleaning,
         "tokenizer": recipe.tokenizer,
         "seed": recipe.seed,
@@ -152,10 +152,17 @@ def recipe_hash(recipe: Recipe) -> str:
     return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _spec_settings(spec: CorpusSpec) -> dict:
-    """A corpus's fields for the hash; the back-translation ones only when set, so older recipes keep their hash."""
-    settings = dataclasses.asdict(spec)
-    return {key: value for key, value in settings.items() if key not in ("synthetic", "tagged") or value}
+def _spec_settings(spec: CorpusSpec, recipe: Recipe) -> dict:
+    """A corpus's fields for the hash; the back-translation ones only when set, so older recipes keep their hash.
+
+    A synthetic corpus is our own output and may be made again in the same folder (another model, another round),
+    so its files' content counts too; human corpora are fixed releases.
+    """
+    settings = {key: value for key, value in dataclasses.asdict(spec).items() if key not in ("synthetic", "tagged") or value}
+    if spec.synthetic is not None and spec.format == "parallel":
+        files = [Path(f"{recipe.resolve(spec)}.{lang}") for lang in LANGUAGES]
+        settings["content"] = [hashlib.sha256(path.read_bytes()).hexdigest() for path in files if path.is_file()]
+    return settings
 
 
 def weighted_indices(size: int, weight: float, rng: random.Random) -> list[int]:
