@@ -17,18 +17,21 @@ CARRY=.gpu-carry
 # What the GPU image lacks (datasets and its own dependencies), at the versions .venv runs here.
 WHEELS=(datasets==5.2.0 huggingface_hub==2.4.0 httpx2==2.16.2 httpcore2==2.16.2 truststore==0.10.5 dill==0.4.1
         multiprocess==0.70.19 prometheus_client==0.26.0)
-PYTHONS=(3.10 3.11 3.12 3.13)  # the image's Python is not known here; multiprocess ships one wheel per version
+PYTHONS=(3.11 3.12 3.13)  # the image's Python is not known here; multiprocess ships one wheel per version
 PY=${PYTHON:-python3}
 [ -z "${PYTHON:-}" ] && [ -x .venv/bin/python ] && PY=.venv/bin/python  # here; the GPU machine has no .venv
 
 prepare() {
-    rm -rf "$CARRY" && mkdir -p "$CARRY/wheels"
+    rm -rf "$CARRY/wheels" && mkdir -p "$CARRY/wheels"
     for version in "${PYTHONS[@]}"; do
         "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version "$version" --dest "$CARRY/wheels" \
             "${WHEELS[@]}" || exit 1
     done
     [ -f runs/release/data/dev.jsonl ] || { echo "error: runs/release/data is missing; run make data first" >&2; exit 1; }
-    tar -C runs/release -cf - data spm.model | xz -T0 -6 > "$CARRY/release-data.tar.xz" || exit 1
+    local archive=$CARRY/release-data.tar.xz
+    if [ ! -s "$archive" ] || [ -n "$(find runs/release/data runs/release/spm.model -newer "$archive" -print -quit)" ]; then
+        tar -C runs/release -cf - data spm.model | xz -T0 -6 > "$archive.partial" && mv "$archive.partial" "$archive" || exit 1
+    fi
     local tracked carried
     tracked=$(git ls-files -z | xargs -0 du -cb 2>/dev/null | tail -1 | cut -f1)
     carried=$(du -cb "$CARRY" serving/generated | tail -1 | cut -f1)

@@ -123,6 +123,7 @@ def main(argv: list[str] | None = None) -> None:
         model, tokenizer, sources, targets, read_dev_pairs(run_dir / "data" / "dev.jsonl"),
         config, run_dir, metadata, distributed,
     )
+    del sources, targets  # the trainer holds them as flat arrays
     resumed = trainer.resume()
     if args.init_from and not resumed:
         try:
