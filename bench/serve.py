@@ -52,6 +52,7 @@ class ServeConfig:
     precisions: tuple[str, ...] = ("fp32", "int8")  # the server's --precision, one server per value and batching mode
     batching: tuple[bool, ...] = (True, False)
     noisy_neighbour: bool = False  # measure each level quiet and beside a busy loop on one CPU
+    fixed_threads: bool = False  # the server's --fixed-threads: no adapting to other processes (for A/B runs)
     warmup_requests: int = 8
     timeout_s: float = 300.0  # per request: a bound on a stuck server, not a latency target
     out: Path = RESULTS_DIR / "serve.json"
@@ -165,7 +166,8 @@ def measure(config: ServeConfig, texts: list[str], precision: str, batching: boo
     """One server; every concurrency level, quiet and (with ``noisy_neighbour``) beside the busy loop."""
     results = []
     log_path = RESULTS_DIR / f"serve-{'batching' if batching else 'no-batching'}.log"
-    arguments = ["--torch-threads", str(config.threads), "--precision", precision, *([] if batching else ["--no-batching"])]
+    arguments = ["--torch-threads", str(config.threads), "--precision", precision, *([] if batching else ["--no-batching"]),
+                 *(["--fixed-threads"] if config.fixed_threads else [])]
     with running_server(config.model_dir, log_path, *arguments) as (address, _):
         asyncio.run(generate_load(address, texts, config, 1, config.warmup_requests))
         for neighbour in ("quiet", "noisy") if config.noisy_neighbour else ("quiet",):
@@ -229,11 +231,12 @@ def parse_args(argv: list[str] | None = None) -> ServeConfig:
                         help="the server's batching, one run each (default: %(default)s)")
     parser.add_argument("--noisy-neighbour", action="store_true",
                         help="measure every level twice: quiet, and beside a busy loop pinned to one CPU")
+    parser.add_argument("--fixed-threads", action="store_true", help="pass --fixed-threads to the server (the old policy)")
     parser.add_argument("--out", type=Path, default=defaults.out, help="JSON result file (default: %(default)s)")
     args = parser.parse_args(argv)
     return ServeConfig(args.model, args.dev, args.corpus, args.source_lang, args.target_lang, args.sentences, args.requests,
                        tuple(args.clients), args.beam_size, args.threads, tuple(args.precisions),
-                       tuple(mode == "on" for mode in args.batching), args.noisy_neighbour, out=args.out)
+                       tuple(mode == "on" for mode in args.batching), args.noisy_neighbour, args.fixed_threads, out=args.out)
 
 
 def main(argv: list[str] | None = None) -> int:

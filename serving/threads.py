@@ -2,9 +2,9 @@
 
 The threads of one OpenMP operator wait for each other at its end, and libgomp's waiting threads spin. When
 another process takes one of our CPUs, one decoding thread is descheduled while the other spins through its
-time slice waiting for it, at every one of the thousands of operators of a beam search. Measured on 2 CPUs
-with a busy ``yes`` pinned to one of them (BENCHMARKS.md, "Server under a noisy neighbour"), one thread
-decoded many times faster than two. Two threads win on a quiet machine, and passive waiting
+time slice waiting for it, at every one of the thousands of operators of a beam search. Measured on 2 busy CPUs
+(BENCHMARKS.md, "Server under a noisy neighbour"), two fixed threads served 5 to 9 times fewer requests/s than
+threads adapted this way. Two threads win on a quiet machine, and passive waiting
 (``OMP_WAIT_POLICY=PASSIVE``) pays a wake-up per operator there. So the worker samples, about once a second, how
 much of its CPUs other processes use (``/proc/stat`` minus its own CPU time) and decodes on the CPUs they leave.
 """
