@@ -14,6 +14,7 @@ read the model).
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 from collections.abc import Awaitable, Callable
@@ -49,8 +50,13 @@ HTTP_STATUS = {  # how each refusal of the gRPC service reads over HTTP
 Handler = Callable[[web.Request, RequestRecord], Awaitable[Message | dict]]
 
 
+def json_response(data: dict, status: int = 200) -> web.Response:
+    """UTF-8 JSON with Hangul written as itself, not as \\u escapes: readable with curl."""
+    return web.json_response(data, status=status, dumps=functools.partial(json.dumps, ensure_ascii=False))
+
+
 def error_response(status: int, code: str, message: str) -> web.Response:
-    return web.json_response({"error": {"code": code, "message": message}}, status=status)
+    return json_response({"error": {"code": code, "message": message}}, status=status)
 
 
 def message_json(message: Message) -> dict:
@@ -145,7 +151,7 @@ class HttpApi:
 
     async def _health(self, request: web.Request) -> web.Response:
         status = "NOT_SERVING" if self.draining else "SERVING"
-        return web.json_response({"status": status}, status=503 if self.draining else 200)
+        return json_response({"status": status}, status=503 if self.draining else 200)
 
     # Plumbing
 
@@ -194,7 +200,7 @@ class HttpApi:
                 return error_response(500, record.code, "internal error; the server log has the details")
             finally:
                 log_request(record, self.metrics)
-            return web.json_response(message_json(answer) if isinstance(answer, Message) else answer)
+            return json_response(message_json(answer) if isinstance(answer, Message) else answer)
 
         return respond
 

@@ -237,3 +237,11 @@ def test_the_page_and_its_files_are_served_by_the_project(live):
         assert "http://" not in text and "https://" not in text and "//cdn" not in text, f"{name} reaches outside the server"
         if name != "index.html":
             assert fetch(live, f"/static/{name}")[1] == text.encode("utf-8")
+
+
+def test_hangul_is_sent_as_utf8_not_escapes(live):
+    outgoing = urllib.request.Request(f"http://127.0.0.1:{live.server.http.port}/v1/translate", method="POST",
+                                      data=json.dumps(translate_body(EN[0], "en", "ko")).encode())
+    with urllib.request.urlopen(outgoing, timeout=TIMEOUT) as response:
+        assert response.headers.get_content_charset() == "utf-8"
+        assert KO[0].encode("utf-8") in response.read()
