@@ -12,6 +12,7 @@ os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 import grpc  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
+from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 from fixture_model import fixture_pairs, train_fixture_tokenizer  # noqa: E402
 from safetensors.torch import load_file  # noqa: E402
 from test_serving_process import server_process, wait_for_log_line  # noqa: E402, F401
@@ -75,7 +76,7 @@ def test_resuming_on_the_gpu_is_exact(tmp_path):
     tokenizer = train_fixture_tokenizer()
     torch.use_deterministic_algorithms(True, warn_only=True)
     try:
-        with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):
+        with sdpa_kernel(SDPBackend.MATH):
             straight = cuda_trainer(tmp_path / "straight", tokenizer, max_steps=10, save_every=5, eval_every=1000)
             straight.resume()
             straight.fit()
