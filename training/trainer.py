@@ -179,6 +179,8 @@ class Trainer:
         )
         network = DistributedDataParallel(model, device_ids=[self.device.index] if on_gpu else None) if distributed.world_size > 1 else model
         self.network = torch.compile(network) if config.compile else network
+        # NCCL reduces only GPU tensors, and reading one back waits for the step: the per-step stop flag goes over gloo.
+        self.host_group = dist.new_group(backend="gloo") if distributed.world_size > 1 and on_gpu else None
         self.progress = Progress()
 
     # ---- state -------------------------------------------------------------------------------------------
@@ -313,8 +315,8 @@ class Trainer:
         """Whether SIGTERM/SIGINT arrived (on any rank: the ranks must stop at the same step)."""
         if self.distributed.world_size == 1:
             return self.stop_requested
-        flag = torch.tensor([float(self.stop_requested)], device=self.device)
-        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        flag = torch.tensor([float(self.stop_requested)])  # on the host, so asking never waits for the GPU
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self.host_group)
         return bool(flag.item())
 
     def request_stop(self, signum: int, frame) -> None:
