@@ -200,10 +200,10 @@ class BeamSearch:
         options, beam, (pad_id, bos_id, eos_id) = self.options, self.options.beam_size, self.special
         live, width, device = len(self._sentences), 2 * beam, self._prefixes.device  # 2·beam: refills the beam after EOS
         logits, step_attention = self.model.decode_step(self._prefixes[:, -1], self._cache, need_weights=options.return_attention)
-        at_limit = torch.tensor([s.steps + 1 >= s.max_length for s in self._sentences], device=device)
+        at_limit = [sentence.steps + 1 >= sentence.max_length for sentence in self._sentences]
         # A sentence's best `width` continuations are among the best `width` of each of its beams.
         row_log_probs, row_tokens = best_next_tokens(
-            logits, width, self._prefixes, at_limit.repeat_interleave(beam), options, self.special
+            logits, width, self._prefixes, torch.tensor(at_limit, device=device).repeat_interleave(beam), options, self.special
         )
         if step_attention is not None:
             step_attention = step_attention[:, None].float()
@@ -225,7 +225,7 @@ class BeamSearch:
                     attention=None if self._attention is None else self._attention[row, sentence.start :].cpu(),
                 )
             )
-        done = [len(sentence.finished) >= beam or bool(limit) for sentence, limit in zip(self._sentences, at_limit)]
+        done = [len(sentence.finished) >= beam or limit for sentence, limit in zip(self._sentences, at_limit)]
         finished = [
             (sentence.key, sorted(sentence.finished, key=lambda h: h.score, reverse=True)[: options.nbest])
             for sentence, is_done in zip(self._sentences, done)
