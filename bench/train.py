@@ -151,7 +151,15 @@ def run(config: TrainBenchConfig) -> dict:
     else:
         variants = {f"{kernel} attention": replace(training_config, cpu_attention=kernel) for kernel in config.cpu_attention}
         variants |= {"compile": replace(training_config, compile=True)} if config.compile else {}
-    timings = [time_steps(config, model_config, settings, tokenizer, sources, targets, name) for name, settings in variants.items()]
+    timings, failures = [], {}
+    for name, settings in variants.items():
+        try:
+            timings.append(time_steps(config, model_config, settings, tokenizer, sources, targets, name))
+        except Exception as error:  # a compiler that cannot handle the model is a finding, not the end of the benchmark
+            if not settings.compile:
+                raise
+            failures[name] = f"{type(error).__name__}: {error}"[:2000]
+            print(f"{name}: failed: {failures[name][:300]}", file=sys.stderr, flush=True)
     size = config.matmul_size or (8192 if on_gpu else 2048)
     peaks = {"fp32": matmul_peak(size, torch.float32, config.device), "bf16": matmul_peak(size, torch.bfloat16, config.device)}
     for timing in timings:
@@ -163,6 +171,7 @@ def run(config: TrainBenchConfig) -> dict:
         "matmul_peak_flops_per_s": peaks,
         "matmul_size": size,
         "variants": timings,
+        "failed_variants": failures,
     }
     settings = {k: str(v) if isinstance(v, Path) else v for k, v in asdict(config).items()}
     return {"benchmark": "train", "machine": machine(config.device), "config": settings, "model": asdict(model_config), "result": result}
