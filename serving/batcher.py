@@ -78,6 +78,7 @@ class Batcher:
         self._queued = 0
         self._closed = False  # refuse new requests; the worker stops once nothing is queued or running
         self._running: dict[tuple, ContinuousTranslation] = {}  # the worker's own: one search per group
+        self._calls: deque[tuple[Callable[[], object], Future]] = deque()  # see call()
         self._worker = threading.Thread(target=self._run, name="batcher", daemon=True)
 
     @property
@@ -102,6 +103,20 @@ class Batcher:
             self._changed.notify()
         item.future.add_done_callback(lambda future: self._forget(item) if future.cancelled() else None)
         return item.future
+
+    def call(self, function: Callable[[], object]) -> Future:
+        """Run ``function`` on the worker thread between two decoding steps; its future gets the result or error.
+
+        For work that needs the model to itself, such as explaining a translation (serving.http): it runs
+        serialised with decoding, on the thread whose OpenMP pool decodes. Not counted against the queue bound.
+        """
+        future: Future = Future()
+        with self._changed:
+            if self._closed:
+                raise ShuttingDown("the server is shutting down; retry on another replica")
+            self._calls.append((function, future))
+            self._changed.notify()
+        return future
 
     def drain(self) -> None:
         """Kept for callers that shut down in two stages: nothing waits for batch mates, so there is nothing to hurry."""
@@ -128,6 +143,7 @@ class Batcher:
         while self._admit():
             if self.threads is not None:
                 self.threads.adjust()
+            self._run_calls()
             for key, search in list(self._running.items()):
                 self._step(search)
                 if not search:
@@ -138,11 +154,21 @@ class Batcher:
         with self._changed:
             while True:
                 self._take_queued()
-                if self._running:
+                if self._running or self._calls:
                     return True
                 if self._closed and not self._groups:
                     return False
                 self._changed.wait()
+
+    def _run_calls(self) -> None:
+        with self._changed:
+            calls, self._calls = self._calls, deque()
+        for function, future in calls:
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(function())
+                except Exception as error:  # the caller hears about it; the worker survives it
+                    future.set_exception(error)
 
     def _take_queued(self) -> None:
         """Oldest first, each group's requests join its search while it has room; with batching off, one request at a time."""

@@ -6,9 +6,8 @@ aiohttp runs on the asyncio event loop that ``grpc.aio`` already runs, so both f
 answer is the gRPC response in proto3's JSON form. The web page at ``/`` is plain files with no build step,
 and the Hangul font it draws with comes from the same wheel as the plots' (:mod:`nmt.fonts`).
 
-``POST /v1/explain`` also returns every attention map of the translation (:mod:`nmt.explain`). Its
-teacher-forced pass runs on a thread of its own, one request at a time, beside the batcher's decoding (both only
-read the model).
+``POST /v1/explain`` also returns every attention map of the translation (:mod:`nmt.explain`). It runs on the
+batcher's worker thread, which owns the model, between two decoding steps (:meth:`Batcher.call`).
 """
 
 from __future__ import annotations
@@ -18,7 +17,6 @@ import functools
 import json
 import logging
 from collections.abc import Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
 from http import HTTPStatus
 from pathlib import Path
 
@@ -71,8 +69,7 @@ class HttpApi:
                  metrics: Metrics | None):
         self.translator, self.batcher, self.validator, self.config, self.metrics = translator, batcher, validator, config, metrics
         self.draining = False
-        self._explains = 0  # explain requests waiting for or running on the explain thread
-        self._explainer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="explain")
+        self._explains = 0  # explain requests waiting for or running on the batcher's worker
         self.app = web.Application(client_max_size=config.max_receive_message_bytes, middlewares=[self._json_errors])
         self.app.add_routes([
             web.post("/v1/translate", self._api("Translate", self._translate)),
@@ -110,7 +107,6 @@ class HttpApi:
         """Close the listening socket and wait up to the grace period for in-flight requests."""
         self.drain()
         await self._runner.cleanup()
-        self._explainer.shutdown(wait=False, cancel_futures=True)
 
     # Routes
 
@@ -134,9 +130,9 @@ class HttpApi:
         record.texts, record.tokens = 1, job.tokens
         self._explains += 1
         try:
-            explanation: Explanation = await asyncio.get_running_loop().run_in_executor(
-                self._explainer, explain, self.translator, job.texts[0], job.source_lang, job.target_lang, job.options
-            )
+            explanation: Explanation = await asyncio.wrap_future(self.batcher.call(
+                functools.partial(explain, self.translator, job.texts[0], job.source_lang, job.target_lang, job.options)
+            ))
         finally:
             self._explains -= 1
         return {**message_json(translation_message(explanation.translation)),

@@ -305,3 +305,27 @@ def test_a_failed_decode_reaches_its_callers_and_the_worker_goes_on(make_batcher
     with pytest.raises(RuntimeError, match="decoder exploded"):
         failed.result(timeout=TIMEOUT)
     assert fine.result(timeout=TIMEOUT).translations[0].text == TARGETS[0]
+
+
+def test_call_runs_on_the_worker_between_decoding_steps(make_batcher, stepped, fixture_translator):
+    batcher = make_batcher(translator=stepped)
+    batcher.start()
+    long = batcher.submit(job(LONG))
+    stepped.wait_for_boundary()
+    called = batcher.call(lambda: (threading.current_thread().name, long.done()))
+    stepped.advance()  # the boundary at which the call runs
+    assert called.result(timeout=TIMEOUT) == ("batcher", False)
+    stepped.run_free()
+    assert_same_translation(long.result(timeout=TIMEOUT).translations[0], alone(fixture_translator, LONG))
+
+
+def test_call_wakes_an_idle_worker_and_hands_back_errors(make_batcher):
+    batcher = make_batcher()
+    batcher.start()
+    assert batcher.call(lambda: 42).result(timeout=TIMEOUT) == 42
+    with pytest.raises(ZeroDivisionError):
+        batcher.call(lambda: 1 / 0).result(timeout=TIMEOUT)
+    assert batcher.call(lambda: "still serving").result(timeout=TIMEOUT) == "still serving"
+    batcher.close()
+    with pytest.raises(ShuttingDown):
+        batcher.call(lambda: None)
