@@ -29,6 +29,7 @@ from bench.common import (
     RESULTS_DIR, DevSet, add_input_arguments, load_dev_set, machine, markdown_table, median, peak_rss_mib, report,
     resolve_bench_device, run_isolated, synchronize,
 )
+from nmt.precision import cpu_has_bf16
 
 Ids = list[int]
 DecodeFn = Callable[[Sequence[Ids]], list[Ids]]  # a batch of encoder inputs → best output ids, EOS excluded
@@ -274,7 +275,8 @@ def parse_args(argv: list[str] | None = None) -> DecodeConfig:
     parser.add_argument("--runs", type=int, default=defaults.runs, help="timed passes per system; the median is reported")
     parser.add_argument("--threads", type=int, default=defaults.threads)
     parser.add_argument("--systems", nargs="+", choices=list(SYSTEMS),
-                        help=f"default: {' '.join(CPU_SYSTEMS)} on a CPU, {' '.join(GPU_SYSTEMS)} on a GPU")
+                        help=f"default: {' '.join(CPU_SYSTEMS)} on a CPU (ours-bf16 where it has bf16 kernels), "
+                             f"{' '.join(GPU_SYSTEMS)} on a GPU")
     parser.add_argument("--export-dir", type=Path, default=defaults.export_dir, help="where the HF and CTranslate2 exports go")
     parser.add_argument("--out", type=Path, default=defaults.out, help="JSON result file (default: %(default)s)")
     parser.add_argument("--report-only", action="store_true", help="print the table of the results already in --out, run nothing")
@@ -282,7 +284,7 @@ def parse_args(argv: list[str] | None = None) -> DecodeConfig:
     device = args.device if args.report_only else resolve_bench_device(args.device)
     on_gpu = device.startswith("cuda")
     batch_sizes = args.batch_sizes or (GPU_BATCH_SIZES if on_gpu else CPU_BATCH_SIZES)
-    systems = args.systems or (GPU_SYSTEMS if on_gpu else CPU_SYSTEMS)
+    systems = args.systems or (GPU_SYSTEMS if on_gpu else [s for s in CPU_SYSTEMS if s != "ours-bf16" or cpu_has_bf16()])
     return DecodeConfig(
         args.model, args.dev, args.corpus, args.source_lang, args.target_lang, args.sentences, args.beam_size,
         tuple(batch_sizes), args.runs, args.threads, tuple(systems), device, args.export_dir, args.out, args.report_only,

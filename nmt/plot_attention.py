@@ -20,7 +20,6 @@ from matplotlib.figure import Figure
 
 from nmt.explain import KINDS, explain
 from nmt.fonts import register_hangul_font
-from nmt.search import SearchOptions
 from nmt.translator import DEFAULT_MODEL_DIR, Attention, Translator
 
 AXIS_NAMES = {"encoder": ("source", "source"), "decoder": ("target (predicted)", "target (decoder input)"),
@@ -80,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         translator = Translator.load(args.model, device=args.device)
-        explanation = explain(translator, args.text, args.source_lang, args.target_lang, SearchOptions(beam_size=args.beam_size))
+        explanation = explain(translator, args.text, args.source_lang, args.target_lang, translator.default_options(beam_size=args.beam_size))
         if not explanation.sentences:
             raise ValueError("the text is empty, so there is no attention to plot")
         attention = explanation.heatmap(args.kind, args.layer, args.head)

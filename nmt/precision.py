@@ -51,6 +51,14 @@ def check_precision(precision: str, device: torch.device) -> None:
         raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     if precision == "int8" and device.type != "cpu":
         raise ValueError("int8 (dynamic quantisation) runs on the CPU only; use bf16 on a GPU")
+    if precision == "bf16" and device.type == "cpu" and not cpu_has_bf16():
+        raise ValueError(f"bf16 decoding on a CPU needs AVX-512 (BW, VL, DQ) or AVX-NE-CONVERT, and this one has "
+                         f"{torch.backends.cpu.get_cpu_capability()}: use fp32, or int8 for speed")
+
+
+def cpu_has_bf16() -> bool:
+    """Whether oneDNN has bf16 kernels for this CPU (without them bf16 products would be emulated, and slow)."""
+    return torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
 
 
 def fuse_self_attention(model: Transformer) -> None:

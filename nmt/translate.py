@@ -10,8 +10,7 @@ import argparse
 import sys
 
 from nmt.budget import decoding_budget
-from nmt.search import SearchOptions
-from nmt.translator import DEFAULT_MODEL_DIR, Translator
+from nmt.translator import DEFAULT_MODEL_DIR, TUNED_OPTIONS, Translator
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -22,8 +21,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--beam-size", type=int, default=4)
     parser.add_argument("--batch-size", type=int,
                         help="lines read and translated together (default: 64 on a CPU, 4096 on a GPU; nmt.budget)")
-    parser.add_argument("--length-penalty", type=float, default=1.0)
-    parser.add_argument("--no-repeat-ngram-size", type=int, default=0)
+    parser.add_argument("--length-penalty", type=float, help="score = log P / length^α (default: the model's)")
+    parser.add_argument("--no-repeat-ngram-size", type=int, help="ban repeating n-grams of this size (default: the model's)")
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     precision = parser.add_mutually_exclusive_group()
     precision.add_argument("--int8", dest="precision", action="store_const", const="int8", default="fp32",
@@ -33,14 +32,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def given_options(args: argparse.Namespace) -> dict:
+    """The tunable search options given on the command line; the others keep the model's defaults."""
+    return {name: getattr(args, name) for name in TUNED_OPTIONS if getattr(args, name) is not None}
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         translator = Translator.load(args.model, device=args.device, precision=args.precision)
         translator.check_pair(args.source_lang, args.target_lang)
-        options = SearchOptions(
-            beam_size=args.beam_size, length_penalty=args.length_penalty, no_repeat_ngram_size=args.no_repeat_ngram_size
-        )
+        options = translator.default_options(beam_size=args.beam_size, **given_options(args))
     except (ValueError, RuntimeError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

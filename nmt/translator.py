@@ -20,6 +20,8 @@ from nmt.tokenizer import Tokenizer
 
 DEFAULT_MODEL_DIR = Path(__file__).resolve().parent.parent / "models" / "default"
 # How a batch is decoded: nmt.search.search (beam or greedy), or nmt.sampling.sample with its options bound.
+# SearchOptions fields a model directory may set defaults for in metadata.json's "decoding" (training.tune_decoding).
+TUNED_OPTIONS = ("length_penalty", "no_repeat_ngram_size")
 Strategy = Callable[[Transformer, torch.Tensor, int, int, SearchOptions], list[list[Hypothesis]]]
 
 
@@ -75,6 +77,8 @@ class Translator:
         self.precision = precision
         pairs = metadata.get("language_pairs") or [[s, t] for s in tokenizer.languages for t in tokenizer.languages if s != t]
         self.language_pairs: list[tuple[str, str]] = [tuple(pair) for pair in pairs]
+        tuned = metadata.get("decoding", {})  # chosen on dev sets by training.tune_decoding
+        self.decoding_defaults = {name: tuned[name] for name in TUNED_OPTIONS if name in tuned}
 
     @classmethod
     def load(cls, model_dir: str | Path = DEFAULT_MODEL_DIR, device: str = "auto", **kwargs) -> Translator:
@@ -89,6 +93,10 @@ class Translator:
     def max_source_tokens(self) -> int:
         return self.model.config.max_positions // 2
 
+    def default_options(self, **overrides) -> SearchOptions:
+        """Search options with this model's tuned defaults (length penalty, n-gram ban) under ``overrides``."""
+        return SearchOptions(**{**self.decoding_defaults, **overrides})
+
     def check_pair(self, source_lang: str, target_lang: str) -> None:
         if (source_lang, target_lang) not in self.language_pairs:
             served = ", ".join(f"{s}->{t}" for s, t in self.language_pairs)
@@ -99,7 +107,7 @@ class Translator:
     ) -> list[Translation]:
         """One :class:`Translation` per text, in order; empty texts give empty translations."""
         self.check_pair(source_lang, target_lang)
-        options = options or SearchOptions()
+        options = options or self.default_options()
         sentences_per_text = [split_sentences(text) for text in texts]
         sentences = [s for group in sentences_per_text for s in group]
         hypotheses = self.translate_sentences(sentences, target_lang, options)

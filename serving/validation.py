@@ -13,7 +13,7 @@ from serving.config import Limits
 from serving.errors import InvalidRequest
 from serving.stubs import translator_pb2
 
-# DecodingOptions fields, all named as in SearchOptions; unset ones keep SearchOptions' defaults.
+# DecodingOptions fields, all named as in SearchOptions; unset ones keep the model's defaults (Translator.default_options).
 _OPTIONAL_SEARCH_FIELDS = ("beam_size", "nbest", "max_len_a", "max_len_b", "length_penalty", "no_repeat_ngram_size")
 
 
@@ -70,6 +70,6 @@ class RequestValidator:
         if not 1 <= beam_size <= self.limits.max_beam_size:
             raise InvalidRequest(f"options.beam_size is {beam_size}; it must be between 1 and {self.limits.max_beam_size}")
         try:
-            return SearchOptions(**settings, return_attention=options.return_attention)
+            return self.translator.default_options(**settings, return_attention=options.return_attention)
         except ValueError as error:
             raise InvalidRequest(f"invalid options: {error}") from error

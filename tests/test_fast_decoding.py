@@ -10,7 +10,7 @@ from test_translate_cli import run_cli
 
 from nmt.attention import KeyValueCache, MultiHeadAttention
 from nmt.model import Transformer
-from nmt.precision import prepare_for_inference
+from nmt.precision import cpu_has_bf16, prepare_for_inference
 from nmt.search import SearchOptions, beam_search, top_k
 from nmt.translator import Translator
 
@@ -68,7 +68,10 @@ def test_fused_projections_give_the_same_self_attention():
         attention(x, source=x)
 
 
-@pytest.mark.parametrize("precision, tolerance", [("fp32", 1e-4), ("bf16", 0.1), ("int8", 0.5)])
+NEEDS_CPU_BF16 = pytest.mark.skipif(not cpu_has_bf16(), reason="this CPU has no bf16 kernels (AVX-512 or AVX-NE-CONVERT)")
+
+
+@pytest.mark.parametrize("precision, tolerance", [("fp32", 1e-4), pytest.param("bf16", 0.1, marks=NEEDS_CPU_BF16), ("int8", 0.5)])
 def test_inference_models_compute_the_trained_model_logits(precision, tolerance):
     torch.manual_seed(0)
     model = Transformer(tiny_config(64)).eval()
@@ -79,7 +82,7 @@ def test_inference_models_compute_the_trained_model_logits(precision, tolerance)
         torch.testing.assert_close(prepared(source, target), expected, rtol=0, atol=tolerance)
 
 
-@pytest.mark.parametrize("precision, share", [("fp32", 1.0), ("bf16", 0.9), ("int8", 0.9)])
+@pytest.mark.parametrize("precision, share", [("fp32", 1.0), pytest.param("bf16", 0.9, marks=NEEDS_CPU_BF16), ("int8", 0.9)])
 def test_every_precision_reproduces_the_fixture_translations(fixture_model_dir, precision, share):
     """fp32 exactly; rounding may flip a near tie of the tiny fixture model at reduced precision."""
     translator = Translator.load(fixture_model_dir, "cpu", precision=precision)
@@ -87,6 +90,12 @@ def test_every_precision_reproduces_the_fixture_translations(fixture_model_dir, 
     results = beam_search(translator.inference_model, pad([s for s, _ in examples]), 2, 3, SearchOptions(beam_size=4))
     reproduced = sum(nbest[0].tokens == target[1:-1] for nbest, (_, target) in zip(results, examples))
     assert reproduced >= share * len(examples)
+
+
+@pytest.mark.skipif(cpu_has_bf16(), reason="this CPU has bf16 kernels")
+def test_bf16_is_refused_with_a_reason_on_a_cpu_without_bf16_kernels(fixture_model_dir):
+    with pytest.raises(ValueError, match="bf16 decoding on a CPU needs AVX-512.*use fp32, or int8"):
+        Translator.load(fixture_model_dir, "cpu", precision="bf16")
 
 
 def test_unknown_precision_is_refused(fixture_model_dir):

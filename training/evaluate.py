@@ -34,6 +34,7 @@ from sacrebleu.metrics import BLEU, CHRF
 
 from nmt.checkpoint import CheckpointError
 from nmt.search import SearchOptions
+from nmt.translate import given_options
 from nmt.translator import Translator, UnsupportedLanguagePair
 from training.recipe import CorpusSpec, Recipe, load_recipe
 
@@ -226,8 +227,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--sets", type=lambda text: text.split(","), help="comma-separated set names (default: all dev and test sets)")
     parser.add_argument("--directions", type=parse_directions, help="e.g. ko-en,en-ko (default: the recipe's directions)")
     parser.add_argument("--beam-size", type=int, default=SearchOptions.beam_size)
-    parser.add_argument("--length-penalty", type=float, default=SearchOptions.length_penalty,
-                        help="score = log P / length^α (default: %(default)s)")
+    parser.add_argument("--length-penalty", type=float, help="score = log P / length^α (default: the model's)")
+    parser.add_argument("--no-repeat-ngram-size", type=int, help="ban repeating n-grams of this size (default: the model's)")
     parser.add_argument("--batch-tokens", type=int, default=EvaluationConfig.batch_tokens, help="decoding budget per batch")
     parser.add_argument("--limit", type=int, help="score only the first N lines of every set")
     parser.add_argument("--out", type=Path, help="report path (default: <model>/eval.json); hypotheses go beside it")
@@ -247,8 +248,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> dict:
     args = parse_args(argv)
     recipe = load_recipe(args.config)
+    sets = evaluation_sets(recipe, args.sets)
+    translator = Translator.load(args.model, args.device, max_batch_tokens=args.batch_tokens)
     config = EvaluationConfig(
-        search=SearchOptions(beam_size=args.beam_size, length_penalty=args.length_penalty),
+        search=translator.default_options(beam_size=args.beam_size, **given_options(args)),
         batch_tokens=args.batch_tokens,
         limit=args.limit,
         korean_bleu_tokenize=args.korean_bleu_tokenize,
@@ -256,8 +259,6 @@ def main(argv: Sequence[str] | None = None) -> dict:
     )
     report_path = args.out or args.model / "eval.json"
     hypotheses_dir = report_path.with_suffix("")
-    sets = evaluation_sets(recipe, args.sets)
-    translator = Translator.load(args.model, config.device, max_batch_tokens=config.batch_tokens)
     results = evaluate(translator, sets, args.directions or recipe.directions, config, hypotheses_dir)
     report = build_report(translator, args.model, recipe, args.config, config, results)
     report_path.parent.mkdir(parents=True, exist_ok=True)

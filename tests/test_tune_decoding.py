@@ -1,0 +1,76 @@
+"""training.tune_decoding: the grid runs on dev sets only, the choice lands in metadata.json, and every entry point
+(Translator, server validation, CLI, evaluate) decodes with the model's tuned defaults unless told otherwise."""
+
+import json
+import shutil
+
+import pytest
+from test_evaluate import tiny_recipe  # noqa: F401 (a fixture)
+
+from nmt.search import SearchOptions
+from nmt.translator import Translator
+from serving.config import Limits
+from serving.stubs import translator_pb2
+from serving.validation import RequestValidator
+from training import evaluate, tune_decoding
+from training.tune_decoding import Setting, Trial, best, loops_in
+
+TUNED = {"length_penalty": 0.6, "no_repeat_ngram_size": 3}
+
+
+@pytest.fixture()
+def tuned_model_dir(fixture_model_dir, tmp_path):
+    model_dir = shutil.copytree(fixture_model_dir, tmp_path / "tuned")
+    metadata = json.loads((model_dir / "metadata.json").read_text(encoding="utf-8"))
+    (model_dir / "metadata.json").write_text(json.dumps({**metadata, "decoding": TUNED}), encoding="utf-8")
+    return model_dir
+
+
+def test_loops_are_counted_per_hypothesis():
+    assert loops_in(["야구, 야구, 야구, 야구, 야구의 중심지", "I am a student.", "the the the"]) == 1
+
+
+def test_best_prefers_the_objective_then_fewer_loops_then_the_earlier_setting():
+    trials = [Trial(Setting(1.0, 0), 10.0, 3, []), Trial(Setting(0.6, 0), 10.0, 1, []), Trial(Setting(0.8, 0), 10.0, 1, [])]
+    assert best(trials).setting == Setting(0.6, 0)
+    assert best([*trials, Trial(Setting(1.4, 0), 10.5, 9, [])]).setting == Setting(1.4, 0)
+
+
+def test_a_model_without_tuned_defaults_decodes_with_the_library_defaults(fixture_translator):
+    assert fixture_translator.default_options() == SearchOptions()
+
+
+def test_tuned_defaults_come_from_metadata_and_yield_to_explicit_options(tuned_model_dir):
+    translator = Translator.load(tuned_model_dir, device="cpu")
+    assert translator.default_options() == SearchOptions(**TUNED)
+    assert translator.default_options(length_penalty=1.0, beam_size=2) == SearchOptions(
+        beam_size=2, length_penalty=1.0, no_repeat_ngram_size=3)
+
+
+def test_the_server_fills_unset_options_with_the_models_defaults(tuned_model_dir):
+    validator = RequestValidator(Translator.load(tuned_model_dir, device="cpu"), Limits())
+    assert validator.search_options(translator_pb2.DecodingOptions()) == SearchOptions(**TUNED)
+    given = validator.search_options(translator_pb2.DecodingOptions(no_repeat_ngram_size=0, beam_size=2))
+    assert given == SearchOptions(beam_size=2, length_penalty=0.6, no_repeat_ngram_size=0)
+
+
+def test_tuning_writes_the_choice_and_evaluate_uses_it(fixture_model_dir, tiny_recipe, tmp_path, capsys):
+    model_dir = shutil.copytree(fixture_model_dir, tmp_path / "model")
+    chosen = tune_decoding.main(["--config", str(tiny_recipe), "--model", str(model_dir), "--length-penalties", "0.6",
+                                 "--no-repeat-ngram-sizes", "2", "--write"])
+    report = json.loads((model_dir / "decoding.json").read_text(encoding="utf-8"))
+    tried = [(t["length_penalty"], t["no_repeat_ngram_size"]) for t in report["trials"]]
+    assert tried[:2] == [(1.0, 0), (0.6, 0)] and tried[-1][1] == 2  # the library default first, the ban last
+    assert {r["set"] for t in report["trials"] for r in t["results"]} == {"tiny-dev"}  # dev sets only
+    decoding = json.loads((model_dir / "metadata.json").read_text(encoding="utf-8"))["decoding"]
+    assert (decoding["length_penalty"], decoding["no_repeat_ngram_size"]) == (chosen.length_penalty, chosen.no_repeat_ngram_size)
+    assert "chosen:" in capsys.readouterr().out
+
+    evaluation = evaluate.main(["--config", str(tiny_recipe), "--model", str(model_dir), "--sets", "tiny-dev"])
+    assert evaluation["decoding"]["length_penalty"] == decoding["length_penalty"]
+    assert evaluation["decoding"]["no_repeat_ngram_size"] == decoding["no_repeat_ngram_size"]
+
+
+def test_tuning_refuses_test_sets(fixture_model_dir, tiny_recipe):
+    with pytest.raises(SystemExit):
+        tune_decoding.main(["--config", str(tiny_recipe), "--model", str(fixture_model_dir), "--sets", "tiny-test"])

@@ -1,0 +1,159 @@
+"""Choose a model's decoding defaults on the dev sets: length penalty, then no-repeat n-gram size.
+
+    python -m training.tune_decoding --config configs/release.yaml --model models/default [--limit 200] [--write]
+
+Both settings trade one kind of sentence for another: a larger length penalty α (score = log P / length^α) helps
+long sentences and costs short ones, and banning repeated n-grams stops decoding loops ("야구, 야구, 야구") but
+also forbids honest repeats. So they are chosen by measurement, per model, on the recipe's dev sets only (never
+its test sets): first α with repeats allowed, then the n-gram size at the chosen α. The objective is the mean of
+the primary metric (BLEU into English, chrF into Korean) over every dev set and direction; the report also
+counts looping hypotheses (a word n-gram four times in a row), the failure the n-gram ban is for.
+
+``--write`` stores the choice in the model's ``metadata.json`` under ``decoding``, where
+:class:`~nmt.translator.Translator` takes its defaults from; the full grid goes to ``<model>/decoding.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from nmt.checkpoint import CheckpointError
+from nmt.search import SearchOptions
+from nmt.translator import Translator
+from training.bt_filter import repeats_ngram
+from training.evaluate import EvaluationConfig, EvaluationError, evaluate, evaluation_sets, read_lines
+from training.recipe import load_recipe
+
+_WORD = re.compile(r"\w+")
+LOOP_NGRAM, LOOP_REPEATS = 4, 4  # as the back-translation filter: four repeats in a row is a loop
+
+
+@dataclass(frozen=True)
+class Setting:
+    length_penalty: float
+    no_repeat_ngram_size: int
+
+
+@dataclass
+class Trial:
+    setting: Setting
+    objective: float  # mean primary metric over dev sets and directions
+    loops: int  # hypotheses that repeat a word n-gram LOOP_REPEATS times in a row
+    results: list[dict]
+
+
+def loops_in(hypotheses: Sequence[str]) -> int:
+    return sum(repeats_ngram(_WORD.findall(h.lower()), LOOP_NGRAM, LOOP_REPEATS) for h in hypotheses)
+
+
+def run_trial(translator: Translator, sets, directions, setting: Setting, beam_size: int, limit: int | None) -> Trial:
+    """Decode every dev set in every direction with ``setting`` and score it."""
+    search = SearchOptions(beam_size=beam_size, length_penalty=setting.length_penalty,
+                           no_repeat_ngram_size=setting.no_repeat_ngram_size)
+    config = EvaluationConfig(search=search, batch_tokens=translator.max_batch_tokens, limit=limit)
+    with tempfile.TemporaryDirectory() as hypotheses_dir:
+        results = evaluate(translator, sets, directions, config, Path(hypotheses_dir))
+        loops = sum(loops_in(read_lines(Path(r["hypotheses"]))) for r in results)
+    for r in results:
+        del r["hypotheses"]  # a temporary file
+    objective = sum(r[r["primary_metric"]] for r in results) / len(results)
+    return Trial(setting, round(objective, 3), loops, results)
+
+
+def best(trials: Sequence[Trial]) -> Trial:
+    """Highest objective; among equal ones the fewest loops, then the earliest (the grid lists defaults first)."""
+    return max(trials, key=lambda t: (t.objective, -t.loops))
+
+
+BASELINE = Setting(SearchOptions.length_penalty, SearchOptions.no_repeat_ngram_size)
+
+
+def tune(translator: Translator, sets, directions, length_penalties: Sequence[float], ngram_sizes: Sequence[int],
+         beam_size: int, limit: int | None, report=print) -> tuple[Trial, Trial, list[Trial]]:
+    """(chosen, baseline, all trials): the library defaults first, α over ``length_penalties`` with repeats
+    allowed, then the n-gram size at the best α. Ties keep the earlier setting, so the defaults stay unless beaten."""
+    trials: list[Trial] = []
+
+    def trial(setting: Setting) -> Trial:
+        done = next((t for t in trials if t.setting == setting), None)
+        if done is None:
+            done = run_trial(translator, sets, directions, setting, beam_size, limit)
+            trials.append(done)
+            report(f"length_penalty {setting.length_penalty:<4} no_repeat_ngram_size {setting.no_repeat_ngram_size}: "
+                   f"objective {done.objective:.3f}, loops {done.loops}")
+        return done
+
+    baseline = trial(BASELINE)
+    alpha = best([baseline, *(trial(Setting(a, 0)) for a in length_penalties)]).setting.length_penalty
+    chosen = best([trial(Setting(alpha, n)) for n in [0, *ngram_sizes]])
+    return chosen, baseline, trials
+
+
+def write_defaults(model_dir: Path, chosen: Trial, baseline: Trial, sets: Sequence[str], limit: int | None) -> None:
+    """Record the chosen defaults in ``metadata.json`` (the Translator reads them from there)."""
+    path = model_dir / "metadata.json"
+    metadata = json.loads(path.read_text(encoding="utf-8"))
+    metadata["decoding"] = {
+        "length_penalty": chosen.setting.length_penalty,
+        "no_repeat_ngram_size": chosen.setting.no_repeat_ngram_size,
+        "chosen_on": {"sets": list(sets), "limit": limit, "objective": chosen.objective, "loops": chosen.loops,
+                      "before": {"objective": baseline.objective, "loops": baseline.loops}},
+    }
+    path.write_text(json.dumps(metadata, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def parse_floats(text: str) -> list[float]:
+    return [float(x) for x in text.split(",")]
+
+
+def parse_ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",")]
+
+
+def main(argv: Sequence[str] | None = None) -> Setting:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", type=Path, required=True, help="recipe whose dev sets choose the settings")
+    parser.add_argument("--model", type=Path, required=True)
+    parser.add_argument("--sets", type=lambda text: text.split(","), help="dev sets to use (default: all of the recipe's)")
+    parser.add_argument("--limit", type=int, help="first N lines of every dev set")
+    parser.add_argument("--beam-size", type=int, default=SearchOptions.beam_size)
+    parser.add_argument("--length-penalties", type=parse_floats, default=[0.6, 0.8, 1.2, 1.4],
+                        help="α values to try besides the library default (default: 0.6,0.8,1.2,1.4)")
+    parser.add_argument("--no-repeat-ngram-sizes", type=parse_ints, default=[3, 4],
+                        help="n-gram sizes to try at the best α, besides 0 (repeats allowed) (default: 3,4)")
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--write", action="store_true", help="store the choice in the model's metadata.json")
+    args = parser.parse_args(argv)
+
+    recipe = load_recipe(args.config)
+    dev_names = args.sets or [spec.name for spec in recipe.dev]
+    if unknown := set(dev_names) - {spec.name for spec in recipe.dev}:
+        parser.error(f"not dev sets of {args.config}: {', '.join(sorted(unknown))} (models are chosen on dev sets only)")
+    sets = evaluation_sets(recipe, dev_names)
+    translator = Translator.load(args.model, args.device)
+    chosen, baseline, trials = tune(translator, sets, recipe.directions, args.length_penalties,
+                                    args.no_repeat_ngram_sizes, args.beam_size, args.limit)
+    report = {"sets": dev_names, "limit": args.limit, "beam_size": args.beam_size,
+              "chosen": vars(chosen.setting), "trials": [{**vars(t.setting), "objective": t.objective, "loops": t.loops,
+                                                          "results": t.results} for t in trials]}
+    (args.model / "decoding.json").write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    print(f"chosen: length_penalty {chosen.setting.length_penalty}, no_repeat_ngram_size "
+          f"{chosen.setting.no_repeat_ngram_size}: objective {baseline.objective:.3f} -> {chosen.objective:.3f}, "
+          f"loops {baseline.loops} -> {chosen.loops}")
+    if args.write:
+        write_defaults(args.model, chosen, baseline, dev_names, args.limit)
+        print(f"wrote the defaults into {args.model / 'metadata.json'}")
+    return chosen.setting
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except (EvaluationError, CheckpointError) as error:
+        raise SystemExit(f"error: {error}") from error
