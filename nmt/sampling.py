@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from nmt.model import Transformer
-from nmt.search import Hypothesis, SearchOptions, allowed_log_probs, length_normalise, max_target_lengths, top_k
+from nmt.search import Hypothesis, SearchOptions, one_hypothesis_search, top_k
 
 
 @dataclass
@@ -30,7 +30,6 @@ class SamplingOptions:
             raise ValueError(f"top_k must be ≥ 0 (0: no limit), got {self.top_k}")
 
 
-@torch.inference_mode()
 def sample(
     model: Transformer,
     source: Tensor,
@@ -42,36 +41,16 @@ def sample(
 ) -> list[list[Hypothesis]]:
     """One sampled translation per sentence of a padded batch (B, S), drawn with ``generator`` (on the model's
     device) so that a seed reproduces it; the score is the model's length-normalised log-probability of it."""
-    model.eval()
-    pad_id, device, sentences = model.config.pad_id, source.device, source.size(0)
-    memory, memory_mask = model.encode(source)
-    cache = model.start_cache(memory, memory_mask)
-    max_lengths = max_target_lengths(source, pad_id, options, model.config.max_positions)
 
-    prefixes = torch.full((sentences, 1), bos_id, dtype=torch.long, device=device)
-    log_prob = torch.zeros(sentences, device=device)
-    lengths = torch.zeros(sentences, dtype=torch.long, device=device)
-    running = torch.ones(sentences, dtype=torch.bool, device=device)
-    for step in range(int(max_lengths.max())):
-        logits, _ = model.decode_step(prefixes[:, -1], cache)
-        log_probs = allowed_log_probs(logits, prefixes, max_lengths <= step + 1, options, (pad_id, bos_id, eos_id))
+    def draw(log_probs: Tensor) -> tuple[Tensor, Tensor]:
         candidates = None
         if 0 < sampling.top_k < log_probs.size(-1):
             log_probs, candidates = top_k(log_probs, sampling.top_k)
         # softmax(log p / T) is softmax(logits / T) over the allowed tokens; banned ones (-inf) get probability 0.
         drawn = torch.multinomial((log_probs / sampling.temperature).softmax(dim=-1), 1, generator=generator)
-        log_prob += torch.where(running, log_probs.gather(1, drawn).squeeze(1), 0.0)
+        drawn_log_prob = log_probs.gather(1, drawn).squeeze(1)
         if candidates is not None:
             drawn = candidates.gather(1, drawn)
-        token = torch.where(running, drawn.squeeze(1), pad_id)
-        lengths += running.long()
-        prefixes = torch.cat([prefixes, token[:, None]], dim=1)
-        running &= token != eos_id
-        if not bool(running.any()):
-            break
+        return drawn.squeeze(1), drawn_log_prob
 
-    return [
-        [Hypothesis(tokens=prefixes[i, 1 : int(lengths[i])].tolist(),
-                    score=length_normalise(float(log_prob[i]), int(lengths[i]), options.length_penalty))]
-        for i in range(sentences)
-    ]
+    return one_hypothesis_search(model, source, bos_id, eos_id, options, draw)

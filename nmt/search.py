@@ -10,7 +10,7 @@ iteration-level batching); :func:`beam_search` is the same engine with one fixed
 
 from __future__ import annotations
 
-from collections.abc import Collection, Hashable, Sequence
+from collections.abc import Callable, Collection, Hashable, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -304,9 +304,20 @@ def beam_search(model: Transformer, source: Tensor, bos_id: int, eos_id: int, op
     return [results[i] for i in range(source.size(0))]
 
 
+# Picks each row's next token from its allowed log-probabilities (rows × V): (tokens (rows,), their log-probs (rows,)).
+ChooseToken = Callable[[Tensor], tuple[Tensor, Tensor]]
+
+
+def most_probable(log_probs: Tensor) -> tuple[Tensor, Tensor]:
+    best_log_prob, best = top_k(log_probs, 1)
+    return best[:, 0], best_log_prob[:, 0]
+
+
 @torch.inference_mode()
-def greedy_search(model: Transformer, source: Tensor, bos_id: int, eos_id: int, options: SearchOptions) -> list[list[Hypothesis]]:
-    """Pick the most probable token at every step: the fast path, and the reference beam size 1 must match."""
+def one_hypothesis_search(
+    model: Transformer, source: Tensor, bos_id: int, eos_id: int, options: SearchOptions, choose: ChooseToken
+) -> list[list[Hypothesis]]:
+    """One hypothesis per sentence, extended by one ``choose``-n token per step: greedy search or sampling."""
     model.eval()
     pad_id, device, sentences = model.config.pad_id, source.device, source.size(0)
     memory, memory_mask = model.encode(source)
@@ -319,15 +330,14 @@ def greedy_search(model: Transformer, source: Tensor, bos_id: int, eos_id: int, 
     steps: list[Tensor] = []
     for step in range(int(max_lengths.max())):
         logits, step_attention = model.decode_step(tokens[:, -1], cache, need_weights=options.return_attention)
-        top_log_prob, top_token = best_next_tokens(logits, 1, tokens, max_lengths <= step + 1, options, (pad_id, bos_id, eos_id))
-        best_log_prob, best = top_log_prob[:, 0], top_token[:, 0]
-        best = torch.where(running, best, torch.full_like(best, pad_id))
-        log_prob += torch.where(running, best_log_prob, torch.zeros_like(best_log_prob))
+        chosen, chosen_log_prob = choose(allowed_log_probs(logits, tokens, max_lengths <= step + 1, options, (pad_id, bos_id, eos_id)))
+        chosen = torch.where(running, chosen, torch.full_like(chosen, pad_id))
+        log_prob += torch.where(running, chosen_log_prob, torch.zeros_like(chosen_log_prob))
         lengths += running.long()
         if step_attention is not None:
             steps.append(step_attention.float().cpu())
-        tokens = torch.cat([tokens, best[:, None]], dim=1)
-        running &= best != eos_id
+        tokens = torch.cat([tokens, chosen[:, None]], dim=1)
+        running &= chosen != eos_id
         if not bool(running.any()):
             break
 
@@ -342,6 +352,11 @@ def greedy_search(model: Transformer, source: Tensor, bos_id: int, eos_id: int, 
         )
         results.append([hypothesis])
     return results
+
+
+def greedy_search(model: Transformer, source: Tensor, bos_id: int, eos_id: int, options: SearchOptions) -> list[list[Hypothesis]]:
+    """Pick the most probable token at every step: the fast path, and the reference beam size 1 must match."""
+    return one_hypothesis_search(model, source, bos_id, eos_id, options, most_probable)
 
 
 def search(model: Transformer, source: Tensor, bos_id: int, eos_id: int, options: SearchOptions) -> list[list[Hypothesis]]:
