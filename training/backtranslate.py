@@ -48,7 +48,7 @@ from training.corpus import LANGUAGES, load_monolingual
 from training.train import setup_distributed
 
 SEARCHES = ("beam", "greedy", "sample")
-SHARED = Path(__file__).resolve().parent.parent.parent / "shared"  # ../shared: read-only inputs, never an output
+SHARED = (Path(__file__).resolve().parent.parent.parent / "shared").resolve()  # ../shared (or where its link points): inputs only
 RECORD, PLAN, SHARD_RECORD = "backtranslation.json", "plan.json", "shard.json"
 
 
