@@ -118,9 +118,6 @@ class Batcher:
             self._changed.notify()
         return future
 
-    def drain(self) -> None:
-        """Kept for callers that shut down in two stages: nothing waits for batch mates, so there is nothing to hurry."""
-
     def close(self) -> None:
         """Refuse new requests, decode the queued ones and stop the worker."""
         with self._changed:

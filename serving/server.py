@@ -225,7 +225,6 @@ class TranslationServer:
     async def shutdown(self) -> None:
         """NOT_SERVING, stop accepting, finish in-flight requests within the grace period, stop the worker."""
         await self.health.enter_graceful_shutdown()
-        self.batcher.drain()
         if self.http is not None:
             self.http.drain()
             await asyncio.gather(self.server.stop(self.config.grace_period_s), self.http.stop())
