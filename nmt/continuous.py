@@ -113,7 +113,9 @@ class ContinuousTranslation:
         done = [request for request in self._requests.values() if not request.unfinished]
         for request in done:
             del self._requests[request.key]
-        return [Finished(request.key, self._join(request), request.company) for request in done]
+        return [Finished(request.key, self.translator.join_texts(request.sentences, request.hypotheses, self.target_lang,
+                                                                 self.options), request.company)
+                for request in done]
 
     def _admit(self) -> None:
         joining: list[_Waiting] = []
@@ -129,11 +131,3 @@ class ContinuousTranslation:
     def _cost(self, lengths: list[int]) -> int:
         """What a batch of sentences of these source lengths costs: padded to the longest, ``beam_size`` rows each."""
         return max(lengths, default=0) * len(lengths) * self.options.beam_size
-
-    def _join(self, request: _Request) -> list[Translation]:
-        translations, position = [], 0
-        for sentences in request.sentences:
-            hypotheses = request.hypotheses[position : position + len(sentences)]
-            translations.append(self.translator.join_sentences(sentences, hypotheses, self.target_lang, self.options))
-            position += len(sentences)
-        return translations

@@ -111,6 +111,11 @@ class Translator:
         sentences_per_text = [split_sentences(text) for text in texts]
         sentences = [s for group in sentences_per_text for s in group]
         hypotheses = self.translate_sentences(sentences, target_lang, options)
+        return self.join_texts(sentences_per_text, hypotheses, target_lang, options)
+
+    def join_texts(self, sentences_per_text: Sequence[list[str]], hypotheses: Sequence[list[Hypothesis]],
+                   target_lang: str, options: SearchOptions) -> list[Translation]:
+        """One :class:`Translation` per text from the n-best lists of all texts' sentences, in order."""
         results, position = [], 0
         for group in sentences_per_text:
             results.append(self.join_sentences(group, hypotheses[position : position + len(group)], target_lang, options))
