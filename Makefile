@@ -17,6 +17,7 @@ HTTP_PORT ?= 8080
 PRECISION ?= fp32
 DEVICE   ?= auto
 INIT_FROM ?=
+THREADS  ?=
 BENCH_THREADS ?= 2
 NOISY    ?=
 SOAK_MINUTES ?= 20
@@ -58,11 +59,11 @@ test: install  ## run the test suite (pytest's "no tests collected" counts as su
 data: install  ## load, clean and tokenize the recipe's corpora into $(RUN_DIR)/data
 	$(PY) -m training.prepare --config $(CONFIG) --run-dir $(RUN_DIR)
 
-train: data  ## train on CUDA if present (NPROC>1: torchrun DDP); resumes from $(RUN_DIR); INIT_FROM=MODEL_DIR warm-starts a fresh run
+train: data  ## train on CUDA if present (NPROC>1: torchrun DDP); resumes from $(RUN_DIR); INIT_FROM=MODEL_DIR warm-starts a fresh run; THREADS=N per process
 ifeq ($(NPROC),1)
-	$(PY) -m training.train --config $(CONFIG) --run-dir $(RUN_DIR) $(if $(INIT_FROM),--init-from $(INIT_FROM))
+	$(PY) -m training.train --config $(CONFIG) --run-dir $(RUN_DIR) $(if $(INIT_FROM),--init-from $(INIT_FROM)) $(if $(THREADS),--threads $(THREADS))
 else
-	$(VENV)/bin/torchrun --standalone --nproc_per_node=$(NPROC) -m training.train --config $(CONFIG) --run-dir $(RUN_DIR) $(if $(INIT_FROM),--init-from $(INIT_FROM))
+	$(VENV)/bin/torchrun --standalone --nproc_per_node=$(NPROC) -m training.train --config $(CONFIG) --run-dir $(RUN_DIR) $(if $(INIT_FROM),--init-from $(INIT_FROM)) $(if $(THREADS),--threads $(THREADS))
 endif
 
 backtranslate: install  ## translate BT_INPUT (language BT_LANG) with $(MODEL) into the corpus folder BT_OUT; resumable

@@ -9,7 +9,8 @@ not by SentencePiece's NFKC rule, which would break Hangul compatibility jamo.
 
 Tokenizers trained here also reserve ``<bt>``, which marks a back-translated (synthetic) source in training
 (Caswell et al., 2019, "Tagged Back-Translation"). Tokenizers trained before it existed have no such piece
-(``bt_id`` is None) and work exactly as before.
+(``bt_id`` is None) and work exactly as before; :meth:`Tokenizer.with_control_pieces` appends the piece to one,
+so a model trained with it can keep training on tagged data (``training.state.warm_start`` grows its embedding).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import sentencepiece as spm
+from sentencepiece import sentencepiece_model_pb2
 
 from nmt.normalize import normalize
 
@@ -43,6 +45,7 @@ class TokenizerConfig:
     character_coverage: float = 1.0
     input_sentence_size: int = 2_000_000
     extra_options: dict = field(default_factory=dict)
+    reuse: str | None = None  # a SentencePiece model file to keep instead of training one (with <bt> added if missing)
 
 
 class Tokenizer:
@@ -84,6 +87,31 @@ class Tokenizer:
             **config.extra_options,
         )
         return cls(model.getvalue())
+
+    @classmethod
+    def build(cls, texts: Iterable[str], config: TokenizerConfig = TokenizerConfig()) -> Tokenizer:
+        """The tokenizer a recipe asks for: ``config.reuse``'s (given the <bt> piece), else one trained on ``texts``.
+
+        Reusing a released model's tokenizer lets a new run start from that model's weights with new data.
+        """
+        if config.reuse is None:
+            return cls.train(texts, config)
+        tokenizer = cls.load(config.reuse).with_control_pieces([BACK_TRANSLATION_TAG])
+        missing = [lang for lang in config.languages if lang not in tokenizer.languages]
+        if missing:
+            raise ValueError(f"{config.reuse} has no language tag for {', '.join(missing)}")
+        return tokenizer
+
+    def with_control_pieces(self, pieces: Sequence[str]) -> Tokenizer:
+        """This tokenizer with the missing ``pieces`` appended as control symbols: every existing id keeps its
+        piece, so a model's embedding rows stay valid and only new rows need training."""
+        proto = sentencepiece_model_pb2.ModelProto()
+        proto.ParseFromString(self.model_proto)
+        present = {entry.piece for entry in proto.pieces}
+        for piece in dict.fromkeys(pieces):
+            if piece not in present:
+                proto.pieces.add(piece=piece, score=0.0, type=sentencepiece_model_pb2.ModelProto.SentencePiece.CONTROL)
+        return Tokenizer(proto.SerializeToString())
 
     @classmethod
     def load(cls, path: str | Path) -> Tokenizer:

@@ -6,9 +6,11 @@ check real translations ("나는 학생입니다." → "I am a student.") withou
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import torch
+from sentencepiece import sentencepiece_model_pb2
 
 from nmt.checkpoint import save_model
 from nmt.loss import label_smoothed_nll
@@ -43,6 +45,24 @@ def pad(rows: list[list[int]], pad_id: int = 0) -> torch.Tensor:
 def tiny_config(vocab_size: int, **overrides) -> ModelConfig:
     settings = dict(d_model=64, n_heads=4, encoder_layers=2, decoder_layers=2, ffn_dim=128, dropout=0.0, max_positions=128)
     return ModelConfig(vocab_size=vocab_size, **{**settings, **overrides})
+
+
+def without_bt(tokenizer: Tokenizer) -> Tokenizer:
+    """The tokenizer as trained before ``<bt>`` existed (as the first release's was): the same pieces minus that one."""
+    proto = sentencepiece_model_pb2.ModelProto()
+    proto.ParseFromString(tokenizer.model_proto)
+    del proto.pieces[tokenizer.bt_id]
+    return Tokenizer(proto.SerializeToString())
+
+
+def model_from_before_the_tag(model: Transformer, tokenizer: Tokenizer) -> tuple[Transformer, Tokenizer]:
+    """The model and tokenizer as the first release was made: no ``<bt>`` piece, and no embedding row for it."""
+    old_tokenizer = without_bt(tokenizer)
+    state = model.state_dict()
+    state["embedding.weight"] = state["embedding.weight"][[i for i in range(tokenizer.vocab_size) if i != tokenizer.bt_id]]
+    old = Transformer(dataclasses.replace(model.config, vocab_size=old_tokenizer.vocab_size))
+    old.load_state_dict(state)
+    return old, old_tokenizer
 
 
 def train_fixture_tokenizer() -> Tokenizer:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from fixture_model import model_from_before_the_tag
 from nmt.search import SearchOptions, search
 from nmt.translator import Translator
 from training.backtranslate import (
@@ -188,9 +189,10 @@ def test_decoding_never_predicts_the_tag(fixture_translator):
     assert seen == [(tokenizer.bt_id,), (tokenizer.unk_id, tokenizer.bt_id)]
 
 
-def test_model_from_before_the_tag_decodes_as_before():
-    """models/default has no <bt> piece: nothing is banned beyond what the caller asks, and it still translates."""
-    old = Translator.load(ROOT / "models" / "default", device="cpu")
+def test_model_from_before_the_tag_decodes_as_before(fixture_translator):
+    """A model without a <bt> piece (the first release): nothing is banned beyond what the caller asks, and it
+    still translates."""
+    old = Translator(*model_from_before_the_tag(fixture_translator.model, fixture_translator.tokenizer), metadata={})
     seen = []
 
     def spy(model, source, bos_id, eos_id, options):

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from datasets import load_from_disk
 
+from fixture_model import without_bt
 from nmt.tokenizer import Tokenizer
 from training.prepare import prepare, recipe_hash, weighted_indices
 from training.recipe import CorpusSpec, load_recipe
@@ -99,6 +100,19 @@ def test_a_changed_recipe_is_prepared_again(prepared, tmp_path, capsys):
     assert "up to date" not in capsys.readouterr().out
     assert again["recipe_hash"] == recipe_hash(reseeded) != report["recipe_hash"]
     assert json.loads((copy / "data" / "report.json").read_text(encoding="utf-8")) == again
+
+
+def test_a_reused_tokenizer_is_kept_with_the_tag_and_its_content_is_in_the_hash(prepared, tmp_path):
+    """``tokenizer: {reuse: FILE}`` keeps a released model's pieces, so the run can warm-start from its weights."""
+    recipe, run_dir, _ = prepared
+    released = without_bt(Tokenizer.load(run_dir / "spm.model"))
+    released.save(tmp_path / "released.model")
+    reusing = dataclasses.replace(recipe, tokenizer={"reuse": str(tmp_path / "released.model")})
+    report = prepare(reusing, tmp_path / "run", num_proc=1)
+    assert Tokenizer.load(tmp_path / "run" / "spm.model").model_proto == released.with_control_pieces(["<bt>"]).model_proto
+    assert report["tokenizer"]["reused"] == str(tmp_path / "released.model")
+    Tokenizer.load(run_dir / "spm.model").save(tmp_path / "released.model")  # the next release replaces the file
+    assert recipe_hash(reusing) != report["recipe_hash"]
 
 
 def test_weights_repeat_rows_and_sample_the_fraction():

@@ -5,7 +5,8 @@ from pathlib import Path
 import pytest
 
 from nmt.normalize import normalize
-from nmt.tokenizer import Tokenizer
+from fixture_model import without_bt
+from nmt.tokenizer import Tokenizer, TokenizerConfig
 
 
 @pytest.fixture(scope="module")
@@ -108,12 +109,31 @@ def test_tagged_source_truncation_keeps_tags_and_eos(tokenizer):
     assert source[:2] == [tokenizer.language_id("en"), tokenizer.bt_id] and source[-1] == tokenizer.eos_id
 
 
-def test_tokenizer_from_before_the_tag_works_as_before():
-    """models/default was trained before ``<bt>`` existed: no tag id, the same sources, tagging refused."""
-    old = Tokenizer.load(Path(__file__).parent.parent / "models" / "default" / "spm.model")
+def test_tokenizer_from_before_the_tag_works_as_before(tokenizer):
+    """A tokenizer without ``<bt>``: no tag id, the same sources, tagging refused."""
+    old = without_bt(tokenizer)
     assert old.bt_id is None
     assert "<bt>" not in old.pieces(range(old.vocab_size))
     text_ids = old.encode("나는 학생입니다.")
     assert old.source_ids("나는 학생입니다.", "en") == [old.language_id("en"), *text_ids, old.eos_id]
     with pytest.raises(ValueError, match="no <bt> piece"):
         old.source_ids("나는 학생입니다.", "en", tagged=True)
+
+
+def test_control_pieces_are_appended_and_every_old_id_keeps_its_piece(tokenizer):
+    old = without_bt(tokenizer)
+    grown = old.with_control_pieces(["<bt>", "<bt>"])
+    assert grown.vocab_size == old.vocab_size + 1 and grown.bt_id == old.vocab_size
+    assert grown.pieces(range(old.vocab_size)) == old.pieces(range(old.vocab_size))
+    text = "나는 학생입니다. <bt> I am a student."
+    assert grown.encode(text) == old.encode(text)  # a control piece never matches typed text
+    assert grown.source_ids(text, "en", tagged=True) == [old.language_id("en"), grown.bt_id, *old.encode(text), old.eos_id]
+    assert grown.with_control_pieces(["<bt>"]).model_proto == grown.model_proto
+
+
+def test_build_reuses_a_tokenizer_file_and_adds_the_tag(tokenizer, tmp_path):
+    without_bt(tokenizer).save(tmp_path / "old.model")
+    reused = Tokenizer.build([], TokenizerConfig(reuse=str(tmp_path / "old.model")))
+    assert reused.model_proto == without_bt(tokenizer).with_control_pieces(["<bt>"]).model_proto
+    with pytest.raises(ValueError, match="no language tag for ja"):
+        Tokenizer.build([], TokenizerConfig(reuse=str(tmp_path / "old.model"), languages=("ko", "en", "ja")))

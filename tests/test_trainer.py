@@ -10,7 +10,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from fixture_model import FIXTURES, fixture_examples, fixture_pairs, tiny_config, train_fixture_tokenizer
+from fixture_model import FIXTURES, fixture_examples, fixture_pairs, tiny_config, train_fixture_tokenizer, without_bt
 from nmt.model import Transformer
 from training.state import warm_start
 from training.trainer import DevPair, Trainer, TrainingConfig
@@ -124,3 +124,30 @@ def test_warm_start_copies_the_weights_and_refuses_another_shape(fixture_model_d
     wider = Transformer(tiny_config(tokenizer.vocab_size, d_model=128))
     with pytest.raises(ValueError, match=r"different model: d_model 64 \(the recipe: 128\)"):
         warm_start(wider, tokenizer, fixture_model_dir)
+
+
+def test_warm_start_grows_the_vocabulary_by_appended_pieces_only(fixture_model_dir, fixture_translator):
+    """A run whose tokenizer appends a piece (``<xx>``) keeps every trained row and the fresh row of the new one."""
+    tokenizer = fixture_translator.tokenizer
+    grown_tokenizer = tokenizer.with_control_pieces(["<xx>"])
+    grown = Transformer(tiny_config(grown_tokenizer.vocab_size))
+    fresh_row = grown.embedding.weight[-1].clone()
+    warm_start(grown, grown_tokenizer, fixture_model_dir)
+    trained = fixture_translator.model.state_dict()
+    assert torch.equal(grown.embedding.weight[:-1], trained["embedding.weight"])
+    assert torch.equal(grown.embedding.weight[-1], fresh_row)
+    for name, tensor in trained.items():
+        if name != "embedding.weight":
+            assert torch.equal(grown.state_dict()[name], tensor), name
+    shifted = without_bt(tokenizer).with_control_pieces(["<bt>"])  # the same pieces, not at the same ids
+    with pytest.raises(ValueError, match="the vocabularies differ"):
+        warm_start(Transformer(tiny_config(shifted.vocab_size)), shifted, fixture_model_dir)
+
+
+@pytest.mark.parametrize("has_kernels", [True, False])
+def test_bf16_on_a_cpu_is_used_only_where_it_has_kernels(tmp_path, monkeypatch, has_kernels):
+    """A recipe asking for bf16 runs unchanged on any CPU: without bf16 kernels it trains in fp32."""
+    monkeypatch.setattr("training.trainer.cpu_has_bf16", lambda: has_kernels)
+    trainer = make_trainer(tmp_path, train_fixture_tokenizer(), bf16=True)
+    assert trainer.bf16 is has_kernels
+    assert make_trainer(tmp_path / "default", train_fixture_tokenizer()).bf16 is False

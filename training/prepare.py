@@ -83,13 +83,13 @@ def prepare(recipe: Recipe, run_dir: Path, num_proc: int = 2, force: bool = Fals
         cleaned.append(pairs)
         reports.append(report)
 
-    print("training the tokenizer", flush=True)
     tokenizer_config = TokenizerConfig(**recipe.tokenizer)
+    print(f"reusing the tokenizer {tokenizer_config.reuse}" if tokenizer_config.reuse else "training the tokenizer", flush=True)
     # Synthetic corpora stay out: their machine-made side would teach the tokenizer the model's own output, and
     # leaving them out keeps the vocabulary of a recipe with back-translation equal to the one without (an A/B
     # then compares data, not tokenizers). Byte fallback covers whatever only they contain.
     train_texts = _distinct_texts([pairs for spec, pairs in zip(recipe.train, cleaned) if spec.synthetic is None])
-    tokenizer = Tokenizer.train(train_texts, tokenizer_config)
+    tokenizer = Tokenizer.build(train_texts, tokenizer_config)
 
     print("tokenizing", flush=True)
     weighted: list[Dataset] = []
@@ -123,6 +123,7 @@ def prepare(recipe: Recipe, run_dir: Path, num_proc: int = 2, force: bool = Fals
         "dev": {name: len(pairs) for name, pairs in dev.items()},
         "test": {name: len(pairs) for name, pairs in test.items()},
         "tokenizer": {
+            **({"reused": tokenizer_config.reuse} if tokenizer_config.reuse else {}),
             "model_type": tokenizer_config.model_type,
             "vocab_size": tokenizer.vocab_size,
             "unk_rate": {"train": unk_rate(tokenizer, train_texts), "dev": unk_rate(tokenizer, dev_texts)},
@@ -149,6 +150,8 @@ def recipe_hash(recipe: Recipe) -> str:
         "tokenizer": recipe.tokenizer,
         "seed": recipe.seed,
     }
+    if "reuse" in recipe.tokenizer:  # a released tokenizer's file may be replaced by the next release's
+        settings["tokenizer_content"] = hashlib.sha256(Path(recipe.tokenizer["reuse"]).read_bytes()).hexdigest()
     return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
 
 

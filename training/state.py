@@ -130,19 +130,27 @@ def warm_start(model: Transformer, tokenizer: Tokenizer, model_dir: Path) -> Non
     """Give a fresh run's ``model`` the weights of a model directory (fp16 or fp32 on disk), e.g. one trained in an
     earlier short run on another machine; the optimizer and schedule start afresh.
 
-    The directory must hold a model of the same shape (dropout may differ) and the same vocabulary, piece for piece.
+    The directory must hold a model of the same shape (dropout may differ) whose vocabulary is the run's, piece for
+    piece, or its beginning: pieces appended since (``Tokenizer.with_control_pieces``, e.g. ``<bt>``) keep the
+    fresh model's initial embedding rows.
     """
     loaded = load_model(model_dir)
-    shape = lambda config: {k: v for k, v in config.to_dict().items() if k not in ("dropout", "attention_dropout")}
+    shape = lambda config: {k: v for k, v in config.to_dict().items() if k not in ("dropout", "attention_dropout", "vocab_size")}
     ours, theirs = shape(model.config), shape(loaded.model.config)
     differences = [f"{k} {theirs[k]} (the recipe: {ours[k]})" for k in ours if ours[k] != theirs[k]]
     if differences:
         raise ValueError(f"{model_dir} holds a different model: {', '.join(differences)}")
     pieces = lambda t: [t.sp.id_to_piece(i) for i in range(t.vocab_size)]
-    if pieces(loaded.tokenizer) != pieces(tokenizer):
+    known = pieces(loaded.tokenizer)
+    if pieces(tokenizer)[: len(known)] != known:
         raise ValueError(f"{model_dir / TOKENIZER} is not the run's tokenizer: the vocabularies differ")
+    fresh = model.state_dict()
     with torch.no_grad():
-        model.load_state_dict(loaded.model.state_dict())
+        model.load_state_dict({
+            # vocabulary-sized tensors (the embedding; an untied output) keep their fresh rows for the new pieces
+            name: torch.cat([weights.to(fresh[name].dtype), fresh[name][len(known):]]) if weights.shape != fresh[name].shape else weights
+            for name, weights in loaded.model.state_dict().items()
+        })
 
 
 def clear_staging(run_dir: Path) -> None:

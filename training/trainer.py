@@ -29,6 +29,7 @@ from tqdm import tqdm
 
 from nmt.loss import label_smoothed_nll
 from nmt.model import Transformer
+from nmt.precision import cpu_has_bf16
 from nmt.search import SearchOptions
 from nmt.tokenizer import Tokenizer
 from nmt.translator import Translator
@@ -60,7 +61,8 @@ class TrainingConfig:
     cooldown_steps: int = 0  # ... over this many steps, and training stops there (training.optim)
     max_epochs: int = 1000
     max_minutes: float | None = None  # stop (with a checkpoint) after this much wall clock in one invocation
-    bf16: bool | None = None  # autocast to bfloat16 (faster on AVX-512-BF16/AMX CPUs and GPUs); None: on GPUs only
+    bf16: bool | None = None  # autocast to bfloat16 (faster on AVX-512-BF16/AMX CPUs and GPUs); None: on GPUs only;
+    # a CPU without bf16 kernels trains in fp32 whatever this says (emulated bf16 is slower, and no more accurate)
     compile: bool = False  # torch.compile the model for training steps
     cpu_attention: str = "math"  # attention kernel on CPU: "math" or "fused"; A/B them with make bench-train
     seed: int = 1
@@ -173,6 +175,10 @@ class Trainer:
         self.device = next(model.parameters()).device
         on_gpu = self.device.type == "cuda"
         self.bf16 = on_gpu if config.bf16 is None else config.bf16
+        if self.bf16 and not on_gpu and not cpu_has_bf16():
+            if distributed.is_main:
+                print("training in fp32: the recipe asks for bf16, and this CPU has no bf16 kernels", flush=True)
+            self.bf16 = False
         schedule = learning_rate_schedule(config.warmup_steps, config.cooldown_start, config.cooldown_steps)
         self.optimizer, self.scheduler = build_optimizer(
             model, config.lr, config.betas, config.adam_eps, config.weight_decay, schedule, fused=on_gpu
