@@ -12,6 +12,10 @@ Each request gets a :class:`concurrent.futures.Future`, which stays pending unti
 client went away) removes the request from the queue at once, or from its search at the next step boundary; a
 request whose deadline has passed is answered with :class:`~serving.errors.RequestExpired`, queued or mid-search.
 With batching off the worker decodes one request at a time (its own sentences still together).
+
+Every search has new shapes, and glibc keeps the freed buffers in its heap; when the worker falls idle it
+returns them to the OS (at most every ``trim_interval_s``), so the resident memory of a long-running server
+follows its load instead of its history.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from concurrent.futures import Future
 from dataclasses import astuple, dataclass, field
 
 from nmt.continuous import ContinuousTranslation
+from nmt.memory import release_free_memory
 from nmt.search import SearchOptions
 from nmt.translator import Translation, Translator
 from serving.config import BatchingConfig
@@ -67,12 +72,14 @@ class _Queued:
 class Batcher:
     """The queue and the worker thread; ``clock`` (``time.monotonic``) is what deadlines are compared with.
 
-    With ``threads`` the worker adapts its decoding threads to what other processes leave of the CPUs.
+    With ``threads`` the worker adapts its decoding threads to what other processes leave of the CPUs;
+    ``release_memory`` is what it calls on falling idle.
     """
 
     def __init__(self, translator: Translator, config: BatchingConfig, clock: Callable[[], float] = time.monotonic,
-                 threads: AdaptiveThreads | None = None):
+                 threads: AdaptiveThreads | None = None, release_memory: Callable[[], None] = release_free_memory):
         self.translator, self.config, self.clock, self.threads = translator, config, clock, threads
+        self.release_memory, self._released_at = release_memory, -float("inf")
         self._changed = threading.Condition()
         self._groups: dict[tuple, deque[_Queued]] = {}
         self._queued = 0
@@ -145,6 +152,9 @@ class Batcher:
                 self._step(search)
                 if not search:
                     del self._running[key]
+            if not self._running and self.clock() - self._released_at >= self.config.trim_interval_s:
+                self.release_memory()
+                self._released_at = self.clock()
 
     def _admit(self) -> bool:
         """At a step boundary: move queued requests into the searches, or block until there are some; False once closed and idle."""

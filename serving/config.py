@@ -33,10 +33,13 @@ class BatchingConfig:
     enabled: bool = True  # off: every request is decoded on its own
     max_batch_tokens: int = 4096  # longest source × sentences × beam of a running search; more requests wait queued
     max_queued_requests: int = 256  # beyond this, requests are refused with RESOURCE_EXHAUSTED
+    trim_interval_s: float = 10.0  # falling idle, hand freed search buffers back to the OS at most this often
 
     def __post_init__(self) -> None:
         if self.max_batch_tokens < 1 or self.max_queued_requests < 1:
             raise ValueError("max_batch_tokens and max_queued_requests must be at least 1")
+        if self.trim_interval_s < 0:
+            raise ValueError("trim_interval_s must be at least 0")
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,8 @@
-"""training.memory: the oneDNN kernel-cache bound respects an operator's own setting; trimming is safe to call."""
+"""nmt.memory: the oneDNN kernel-cache bound respects an operator's own setting; trimming is safe to call."""
 
 import os
 
-from training.memory import limit_kernel_cache, release_free_memory
+from nmt.memory import limit_kernel_cache, release_free_memory
 
 
 def test_limit_kernel_cache_sets_a_default_only(monkeypatch):

@@ -329,3 +329,23 @@ def test_call_wakes_an_idle_worker_and_hands_back_errors(make_batcher):
     batcher.close()
     with pytest.raises(ShuttingDown):
         batcher.call(lambda: None)
+
+
+def test_falling_idle_releases_freed_memory_at_most_once_per_interval(make_batcher):
+    clock, released, ready = FakeClock(), [], threading.Semaphore(0)
+
+    def release_memory():
+        released.append(clock.now)
+        ready.release()
+
+    batcher = make_batcher(BatchingConfig(trim_interval_s=10), clock=clock, release_memory=release_memory)
+    batcher.start()
+    batcher.submit(job(SOURCES[0])).result(timeout=TIMEOUT)
+    assert ready.acquire(timeout=TIMEOUT) and released == [0.0]
+    clock.now = 5.0
+    batcher.submit(job(SOURCES[1])).result(timeout=TIMEOUT)
+    batcher.call(lambda: None).result(timeout=TIMEOUT)  # the worker has been idle since, and within the interval
+    assert released == [0.0]
+    clock.now = 11.0
+    batcher.submit(job(SOURCES[2])).result(timeout=TIMEOUT)
+    assert ready.acquire(timeout=TIMEOUT) and released == [0.0, 11.0]

@@ -36,7 +36,7 @@ from datasets import load_from_disk
 from nmt.checkpoint import CheckpointError
 from nmt.model import ModelConfig, Transformer
 from nmt.tokenizer import Tokenizer
-from training.memory import limit_kernel_cache
+from nmt.memory import limit_kernel_cache
 from training.recipe import load_recipe
 from training.state import fork_run, warm_start
 from training.trainer import DevPair, Distributed, Trainer, TrainingConfig

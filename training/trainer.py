@@ -35,7 +35,7 @@ from nmt.tokenizer import Tokenizer
 from nmt.translator import Translator
 from training.batching import TokenTable, pad_batch, prefetched, shard, token_batches
 from training.evaluate import score
-from training.memory import release_free_memory
+from nmt.memory import release_free_memory
 from training.metrics import MetricsLog, plot_curves
 from training.optim import build_optimizer, learning_rate_schedule
 from training.state import Progress, checkpoint_dirs, clear_staging, export_model, restore_checkpoint, save_checkpoint

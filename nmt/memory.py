@@ -1,9 +1,10 @@
-"""Keep a long CPU training run's resident memory flat.
+"""Keep the resident memory of long-running CPU processes (training runs, the server) flat.
 
 Every batch has a new shape. Under bf16 autocast oneDNN caches a kernel per shape, and glibc keeps freed
 activation buffers in its heap instead of returning them: resident memory grew by ~10 MB a step here (to
 5 GB in 300 steps). A small kernel cache and an occasional ``malloc_trim`` hold it flat; trimming every
-step would cost speed (the next step faults the pages back in), so the trainer does it every few dozen.
+step would cost speed (the next step faults the pages back in), so the trainer does it every few dozen and
+the server's batcher when it falls idle.
 """
 
 from __future__ import annotations
