@@ -29,7 +29,7 @@ from pathlib import Path
 
 from nmt.checkpoint import CheckpointError, LoadedModel, load_model
 from nmt.model import ModelConfig
-from nmt.tokenizer import Tokenizer, language_tag
+from nmt.tokenizer import BACK_TRANSLATION_TAG, Tokenizer, language_tag
 
 FORMATS = ("hf", "ctranslate2")
 
@@ -126,6 +126,7 @@ def to_hf_model(loaded: LoadedModel):
         bos_token_id=loaded.tokenizer.bos_id,
         eos_token_id=loaded.tokenizer.eos_id,
         pad_token_id=loaded.tokenizer.pad_id,
+        suppress_tokens=never_generated(loaded.tokenizer),  # what our search never predicts either
         num_beams=4,
         max_length=loaded.model.config.max_positions,
     )
@@ -163,8 +164,16 @@ def to_hf_tokenizer(tokenizer: Tokenizer):
         unk_token=sp.id_to_piece(tokenizer.unk_id),
         bos_token=sp.id_to_piece(tokenizer.bos_id),
         eos_token=eos,
-        additional_special_tokens=[language_tag(lang) for lang in tokenizer.languages],
+        additional_special_tokens=[
+            *(language_tag(lang) for lang in tokenizer.languages),
+            *([BACK_TRANSLATION_TAG] if tokenizer.bt_id is not None else []),
+        ],
     )
+
+
+def never_generated(tokenizer: Tokenizer) -> list[int]:
+    """PAD, BOS and the <bt> tag of synthetic sources: the ids :class:`~nmt.translator.Translator` bans."""
+    return [tokenizer.pad_id, tokenizer.bos_id, *([tokenizer.bt_id] if tokenizer.bt_id is not None else [])]
 
 
 def export_hf(model_dir: str | Path, out: str | Path) -> Path:

@@ -70,6 +70,9 @@ def test_hf_tokenizer_writes_our_source_ids(fixture_model_dir, tmp_path):
         assert theirs(f"<2en>{ko}")["input_ids"] == ours.source_ids(ko, "en")
         assert theirs(f"<2ko> {en}")["input_ids"] == ours.source_ids(en, "ko")
         assert theirs.decode(ours.encode(en)) == ours.decode(ours.encode(en))
+        assert theirs(f"<2en><bt>{ko}")["input_ids"] == ours.source_ids(ko, "en", tagged=True)  # one piece, never split
+    generation = transformers.GenerationConfig.from_pretrained(tmp_path / "hf")
+    assert set(generation.suppress_tokens) == {ours.pad_id, ours.bos_id, ours.bt_id}
 
 
 def test_ctranslate2_export_decodes_like_our_model(fixture_model_dir, tmp_path):
