@@ -100,7 +100,7 @@ class Batcher:
         """Queue a job; raises :class:`Overloaded` when the queue is full."""
         with self._changed:
             if self._closed:
-                raise ShuttingDown("the server is shutting down; retry on another replica")
+                raise ShuttingDown()
             if self._queued >= self.config.max_queued_requests:
                 raise Overloaded(f"the server is busy: {self._queued} requests are queued, the limit is "
                                  f"{self.config.max_queued_requests}; retry later")
@@ -120,7 +120,7 @@ class Batcher:
         future: Future = Future()
         with self._changed:
             if self._closed:
-                raise ShuttingDown("the server is shutting down; retry on another replica")
+                raise ShuttingDown()
             self._calls.append((function, future))
             self._changed.notify()
         return future

@@ -23,3 +23,6 @@ class RequestExpired(ServingError):
 
 class ShuttingDown(ServingError):
     code = grpc.StatusCode.UNAVAILABLE
+
+    def __init__(self, message: str = "the server is shutting down; retry on another replica"):
+        super().__init__(message)

@@ -179,7 +179,7 @@ class HttpApi:
             record = RequestRecord(f"http.{method}", request.remote or "")
             try:
                 if self.draining:
-                    raise ShuttingDown("the server is shutting down; retry on another replica")
+                    raise ShuttingDown()
                 answer = await handler(request, record)
             except ServingError as error:
                 record.code = error.code.name
