@@ -36,7 +36,7 @@ BT_SEARCH ?= beam
 BT_THREADS ?= 2
 export DATA_DIR BT_DIR HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1
 
-.PHONY: help install proto test data train cooldown backtranslate eval average release serve translate plot-attention bench bench-decode bench-serve bench-train bench-profile soak tune-decoding gpu-carry gpu-check clean
+.PHONY: help install proto test data train cooldown backtranslate eval compare average release serve translate plot-attention bench bench-decode bench-serve bench-train bench-profile soak tune-decoding gpu-carry gpu-check clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -75,6 +75,9 @@ endif
 
 eval: install  ## BLEU/chrF of $(MODEL) on the recipe's dev and test sets, report in $(MODEL)/eval.json
 	$(PY) -m training.evaluate --config $(CONFIG) --model $(MODEL)
+
+compare: install  ## paired significance of eval reports: make compare REPORTS="base.json new.json ..." (first = baseline)
+	$(PY) -m training.compare $(REPORTS)
 
 tune-decoding: install  ## choose $(MODEL)'s length penalty and no-repeat n-gram size on the recipe's dev sets (into its metadata.json)
 	$(PY) -m training.tune_decoding --config $(CONFIG) --model $(MODEL) $(if $(TUNE_LIMIT),--limit $(TUNE_LIMIT)) --write

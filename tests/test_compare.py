@@ -1,0 +1,66 @@
+"""training.compare: paired significance between eval reports, rescored from their hypothesis files."""
+
+import json
+from pathlib import Path
+
+import pytest
+from fixture_model import fixture_pairs
+
+from training.compare import compare, main
+from training.evaluate import score
+
+
+@pytest.fixture()
+def recipe(tmp_path) -> Path:
+    """One dev set of every fixture pair."""
+    for index, lang in enumerate(("ko", "en")):
+        (tmp_path / f"dev.{lang}").write_text("".join(pair[index] + "\n" for pair in fixture_pairs()), encoding="utf-8")
+    path = tmp_path / "recipe.yaml"
+    path.write_text(f"name: pairs\ndata_dir: {tmp_path}\ncorpora:\n  dev: [{{name: dev, path: dev}}]\n", encoding="utf-8")
+    return path
+
+
+def write_report(folder: Path, recipe: Path, hypotheses: list[str], limit: int | None = None) -> Path:
+    """An eval report of ko→en hypotheses, as training.evaluate writes one."""
+    folder.mkdir()
+    (folder / "dev.ko-en.hyp").write_text("".join(h + "\n" for h in hypotheses), encoding="utf-8")
+    references = [en for _, en in fixture_pairs()][:limit]
+    result = {"set": "dev", "split": "dev", "direction": "ko-en", "sentences": len(hypotheses), "primary_metric": "bleu",
+              **score(hypotheses, references, "en"), "hypotheses": str(folder / "dev.ko-en.hyp")}
+    report = {"recipe": {"name": "pairs", "config": str(recipe)}, "limit": limit, "results": [result]}
+    (folder / "eval.json").write_text(json.dumps(report), encoding="utf-8")
+    return folder / "eval.json"
+
+
+def damaged(references: list[str], parity: int = 1) -> list[str]:
+    """Every other sentence (odd ones, or even ones with ``parity=0``) loses its last word."""
+    return [" ".join(r.split()[:-1]) if i % 2 == parity else r for i, r in enumerate(references)]
+
+
+def test_a_clear_gain_is_significant_and_a_change_of_errors_is_not(recipe, tmp_path):
+    references = [en for _, en in fixture_pairs()]
+    systems = [("base", damaged(references)), ("other", damaged(references, parity=0)), ("fixed", references)]
+    reports = [(name, json.loads(write_report(tmp_path / name, recipe, hypotheses).read_text())) for name, hypotheses in systems]
+    (comparison,) = compare(reports)
+    other, fixed = comparison.differences
+    assert comparison.metric == "bleu" and comparison.sentences == len(references)
+    assert comparison.baseline == pytest.approx(reports[0][1]["results"][0]["bleu"], abs=0.01)  # rescored as evaluate did
+    assert abs(other.delta) < 5 and other.p_value > 0.05  # as many errors, in other sentences
+    assert fixed.score == pytest.approx(100) and fixed.delta > 10 and fixed.p_value < 0.05
+
+
+def test_reports_of_different_lengths_are_refused(recipe, tmp_path):
+    references = [en for _, en in fixture_pairs()]
+    short = json.loads(write_report(tmp_path / "short", recipe, references[:10], limit=10).read_text())
+    full = json.loads(write_report(tmp_path / "full", recipe, references).read_text())
+    with pytest.raises(ValueError, match="different numbers of lines"):
+        compare([("full", full), ("short", short)])
+
+
+def test_cli_prints_a_markdown_table(recipe, tmp_path, capsys):
+    references = [en for _, en in fixture_pairs()]
+    base, fixed = write_report(tmp_path / "base", recipe, damaged(references)), write_report(tmp_path / "fixed", recipe, references)
+    main([str(base), str(fixed), "--samples", "200"])
+    table = capsys.readouterr().out.splitlines()
+    assert table[0] == "| set | direction | metric | sentences | eval | eval (Δ, p) |"
+    assert table[2].startswith(f"| dev | ko-en | bleu | {len(references)} |") and "100.00 (+" in table[2]

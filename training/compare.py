@@ -1,0 +1,118 @@
+"""Did a change help, or is the difference luck? Paired significance tests between ``make eval`` reports.
+
+    python -m training.compare runs/ab/v1.json runs/ab/human.json runs/ab/bt.json [--test ar|bs]
+
+The first report is the baseline. Every set and direction that all the reports scored is scored again from
+their hypothesis files against the references of the recipe they name, with the report's primary metric (BLEU
+into English, chrF into Korean) and its BLEU tokenisation, through sacrebleu's paired test: approximate
+randomisation by default (Riezler and Maxwell, 2005), paired bootstrap resampling with ``--test bs`` (Koehn,
+2004). A p-value under 0.05 says a difference this large rarely comes from which sentences happen to be in the
+set. The reports must score the same sentences (the same ``--limit``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from sacrebleu.metrics import CHRF
+from sacrebleu.significance import PairedTest
+
+from training.evaluate import bleu_metric, evaluation_sets, read_lines, read_parallel
+from training.recipe import load_recipe
+
+
+@dataclass
+class Difference:
+    system: str
+    score: float
+    delta: float  # against the baseline
+    p_value: float
+
+
+@dataclass
+class Comparison:
+    set: str
+    direction: str
+    metric: str
+    sentences: int
+    baseline: float
+    differences: list[Difference]
+
+
+def load_report(path: Path) -> dict:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def compare(reports: Sequence[tuple[str, dict]], test: str = "ar", samples: int = 0) -> list[Comparison]:
+    """One comparison per (set, direction) scored by every report, in the baseline's order.
+
+    sacrebleu seeds its resampling with 12345 (or ``SACREBLEU_SEED``), so a rerun gives the same p-values.
+    """
+    (_, baseline), *_ = reports
+    limits = {json.dumps(report["limit"]) for _, report in reports}
+    if len(limits) > 1:
+        raise ValueError(f"the reports score different numbers of lines (limits {', '.join(sorted(limits))})")
+    recipe = load_recipe(baseline["recipe"]["config"])
+    prefixes = {s.name: s.prefix for s in evaluation_sets(recipe)}
+    by_key = [{(r["set"], r["direction"]): r for r in report["results"]} for _, report in reports]
+    comparisons = []
+    for key, first in by_key[0].items():
+        if not all(key in results for results in by_key[1:]):
+            continue
+        set_name, direction = key
+        source_lang, target_lang = direction.split("-")
+        _, references = read_parallel(prefixes[set_name], source_lang, target_lang, baseline["limit"])
+        systems = [(name, read_lines(Path(results[key]["hypotheses"]))) for (name, _), results in zip(reports, by_key)]
+        metric = first["primary_metric"]
+        scorer = bleu_metric(target_lang, _bleu_tokenizer(first["bleu_signature"])) if metric == "bleu" else CHRF()
+        _, scores = PairedTest(systems, {metric: scorer}, [references], test_type=test, n_samples=samples)()
+        (base, *others), = (column for name, column in scores.items() if name != "System")  # keyed "BLEU" or "chrF2"
+        comparisons.append(Comparison(set_name, direction, metric, len(references), base.score, [
+            Difference(name, result.score, result.score - base.score, result.p_value)
+            for (name, _), result in zip(systems[1:], others)
+        ]))
+    return comparisons
+
+
+def _bleu_tokenizer(signature: str) -> str:
+    """``tok:char`` in a BLEU signature → ``char``: score again exactly as the report did."""
+    match = re.search(r"tok:([^|]+)", signature)
+    if match is None:
+        raise ValueError(f"no tokenizer in the BLEU signature {signature!r}")
+    return match.group(1)
+
+
+def markdown_table(comparisons: Sequence[Comparison], baseline: str) -> str:
+    systems = [d.system for d in comparisons[0].differences] if comparisons else []
+    header = ["set", "direction", "metric", "sentences", baseline, *(f"{name} (Δ, p)" for name in systems)]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for c in comparisons:
+        cells = [f"{d.score:.2f} ({d.delta:+.2f}, {d.p_value:.3f})" for d in c.differences]
+        lines.append("| " + " | ".join([c.set, c.direction, c.metric, str(c.sentences), f"{c.baseline:.2f}", *cells]) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> list[Comparison]:
+    parser = argparse.ArgumentParser(prog="python -m training.compare", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("reports", nargs="+", type=Path, help="eval.json reports (the first is the baseline), each named by its file name")
+    parser.add_argument("--test", choices=("ar", "bs"), default="ar", help="approximate randomisation or paired bootstrap")
+    parser.add_argument("--samples", type=int, default=0, help="trials or resamples (0: sacrebleu's 10,000 or 1,000)")
+    args = parser.parse_args(argv)
+    if len(args.reports) < 2:
+        parser.error("give a baseline report and at least one to compare with it")
+    named = [(path.stem, load_report(path)) for path in args.reports]
+    comparisons = compare(named, args.test, args.samples)
+    if not comparisons:
+        raise SystemExit("error: the reports have no set and direction in common")
+    print(markdown_table(comparisons, named[0][0]))
+    return comparisons
+
+
+if __name__ == "__main__":
+    main()
