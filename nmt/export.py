@@ -126,7 +126,7 @@ def to_hf_model(loaded: LoadedModel):
         bos_token_id=loaded.tokenizer.bos_id,
         eos_token_id=loaded.tokenizer.eos_id,
         pad_token_id=loaded.tokenizer.pad_id,
-        suppress_tokens=never_generated(loaded.tokenizer),  # what our search never predicts either
+        suppress_tokens=list(loaded.tokenizer.never_generated),  # what our search never predicts either
         num_beams=4,
         max_length=loaded.model.config.max_positions,
     )
@@ -169,11 +169,6 @@ def to_hf_tokenizer(tokenizer: Tokenizer):
             *([BACK_TRANSLATION_TAG] if tokenizer.bt_id is not None else []),
         ],
     )
-
-
-def never_generated(tokenizer: Tokenizer) -> list[int]:
-    """PAD, BOS and the <bt> tag of synthetic sources: the ids :class:`~nmt.translator.Translator` bans."""
-    return [tokenizer.pad_id, tokenizer.bos_id, *([tokenizer.bt_id] if tokenizer.bt_id is not None else [])]
 
 
 def export_hf(model_dir: str | Path, out: str | Path) -> Path:

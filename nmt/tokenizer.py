@@ -64,6 +64,11 @@ class Tokenizer:
         bt_id = self.sp.piece_to_id(BACK_TRANSLATION_TAG)  # unknown pieces map to <unk>
         self.bt_id: int | None = bt_id if bt_id != self.unk_id else None
 
+    @property
+    def never_generated(self) -> tuple[int, ...]:
+        """Ids no translation may contain: PAD, BOS, and the ``<bt>`` tag that marks synthetic training sources."""
+        return (self.pad_id, self.bos_id, *(() if self.bt_id is None else (self.bt_id,)))
+
     @classmethod
     def train(cls, texts: Iterable[str], config: TokenizerConfig = TokenizerConfig()) -> Tokenizer:
         model = io.BytesIO()

@@ -143,12 +143,10 @@ class Translator:
         return (strategy or search)(self.inference_model, self.pad(sources), self.tokenizer.bos_id, self.tokenizer.eos_id, options)
 
     def decoding_options(self, options: SearchOptions) -> SearchOptions:
-        """``options`` as every search of this model needs them: the ``<bt>`` tag marks synthetic training sources,
-        so an output must never contain it."""
-        bt_id = self.tokenizer.bt_id
-        if bt_id is not None and bt_id not in options.banned_ids:
-            options = dataclasses.replace(options, banned_ids=(*options.banned_ids, bt_id))
-        return options
+        """``options`` as every search of this model needs them: the tokenizer's never-generated ids banned
+        (the ``<bt>`` tag marks synthetic training sources, so an output must never contain it)."""
+        missing = tuple(i for i in self.tokenizer.never_generated if i not in options.banned_ids)
+        return dataclasses.replace(options, banned_ids=(*options.banned_ids, *missing)) if missing else options
 
     def beam_search(self, options: SearchOptions) -> BeamSearch:
         """An empty iteration-level search on the decoding model, which sentences may join between steps (:mod:`nmt.continuous`)."""

@@ -175,7 +175,7 @@ def test_outputs_never_go_into_shared(fixture_model_dir):
 
 
 def test_decoding_never_predicts_the_tag(fixture_translator):
-    """The Translator adds <bt> to the banned ids of every search, whatever the caller asked for."""
+    """The Translator adds <bt> (with PAD and BOS) to the banned ids of every search, whatever the caller asked for."""
     seen = []
 
     def spy(model, source, bos_id, eos_id, options):
@@ -186,12 +186,13 @@ def test_decoding_never_predicts_the_tag(fixture_translator):
     sources = [tokenizer.source_ids("나는 학생입니다.", "en")]
     fixture_translator.search_ids(sources, SearchOptions(), spy)
     fixture_translator.search_ids(sources, SearchOptions(banned_ids=(tokenizer.unk_id,)), spy)
-    assert seen == [(tokenizer.bt_id,), (tokenizer.unk_id, tokenizer.bt_id)]
+    always = (tokenizer.pad_id, tokenizer.bos_id, tokenizer.bt_id)
+    assert seen == [always, (tokenizer.unk_id, *always)]
 
 
 def test_model_from_before_the_tag_decodes_as_before(fixture_translator):
-    """A model without a <bt> piece (the first release): nothing is banned beyond what the caller asks, and it
-    still translates."""
+    """A model without a <bt> piece (the first release): only PAD and BOS are banned, which search bans anyway, so
+    it translates exactly as a plain search with the caller's options."""
     old = Translator(*model_from_before_the_tag(fixture_translator.model, fixture_translator.tokenizer), metadata={})
     seen = []
 
@@ -202,5 +203,8 @@ def test_model_from_before_the_tag_decodes_as_before(fixture_translator):
     assert old.tokenizer.bt_id is None
     options = SearchOptions(beam_size=2)
     hypotheses = old.translate_sentences(["나는 학생입니다."], "en", options, spy)
-    assert seen == [options]
+    assert [seen_options.banned_ids for seen_options in seen] == [(old.tokenizer.pad_id, old.tokenizer.bos_id)]
+    tokenizer = old.tokenizer
+    plain = search(old.inference_model, old.pad([tokenizer.source_ids("나는 학생입니다.", "en")]), tokenizer.bos_id, tokenizer.eos_id, options)
+    assert [h.tokens for h in hypotheses[0]] == [h.tokens for h in plain[0]]
     assert old.tokenizer.decode(hypotheses[0][0].tokens)
