@@ -13,9 +13,9 @@ client went away) removes the request from the queue at once, or from its search
 request whose deadline has passed is answered with :class:`~serving.errors.RequestExpired`, queued or mid-search.
 With batching off the worker decodes one request at a time (its own sentences still together).
 
-Every search has new shapes, and glibc keeps the freed buffers in its heap; when the worker falls idle it
-returns them to the OS (at most every ``trim_interval_s``), so the resident memory of a long-running server
-follows its load instead of its history.
+Every search has new shapes, and glibc keeps the freed buffers in its heap, scattered between live ones; the
+worker returns them to the OS at a step boundary every ``trim_interval_s``, busy or falling idle, so the
+resident memory of a long-running server follows its load instead of its history.
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ class Batcher:
     """The queue and the worker thread; ``clock`` (``time.monotonic``) is what deadlines are compared with.
 
     With ``threads`` the worker adapts its decoding threads to what other processes leave of the CPUs;
-    ``release_memory`` is what it calls on falling idle.
+    ``release_memory`` is what it calls between steps, once per ``trim_interval_s``.
     """
 
     def __init__(self, translator: Translator, config: BatchingConfig, clock: Callable[[], float] = time.monotonic,
@@ -152,7 +152,7 @@ class Batcher:
                 self._step(search)
                 if not search:
                     del self._running[key]
-            if not self._running and self.clock() - self._released_at >= self.config.trim_interval_s:
+            if self.clock() - self._released_at >= self.config.trim_interval_s:
                 self.release_memory()
                 self._released_at = self.clock()
 

@@ -33,7 +33,7 @@ class BatchingConfig:
     enabled: bool = True  # off: every request is decoded on its own
     max_batch_tokens: int = 4096  # longest source × sentences × beam of a running search; more requests wait queued
     max_queued_requests: int = 256  # beyond this, requests are refused with RESOURCE_EXHAUSTED
-    trim_interval_s: float = 10.0  # falling idle, hand freed search buffers back to the OS at most this often
+    trim_interval_s: float = 10.0  # hand freed search buffers back to the OS this often, between steps
 
     def __post_init__(self) -> None:
         if self.max_batch_tokens < 1 or self.max_queued_requests < 1:

@@ -349,3 +349,18 @@ def test_falling_idle_releases_freed_memory_at_most_once_per_interval(make_batch
     clock.now = 11.0
     batcher.submit(job(SOURCES[2])).result(timeout=TIMEOUT)
     assert ready.acquire(timeout=TIMEOUT) and released == [0.0, 11.0]
+
+
+def test_a_busy_worker_releases_freed_memory_between_steps_once_per_interval(make_batcher, stepped):
+    """Under steady load the worker never falls idle; it trims between two steps of a running search instead."""
+    clock, released = FakeClock(), []
+    batcher = make_batcher(BatchingConfig(trim_interval_s=10), translator=stepped, clock=clock,
+                           release_memory=lambda: released.append(clock.now))
+    future = batcher.submit(job(LONG))
+    batcher.start()
+    stepped.wait_for_boundary()
+    for now in (0.0, 4.0, 9.0, 10.0, 15.0, 21.0):
+        clock.now = now
+        stepped.advance()
+    assert not future.done()
+    assert released == [0.0, 10.0, 21.0]
