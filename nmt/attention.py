@@ -72,9 +72,11 @@ class KeyValueCache:
         length, rows = max(self.length, other.length), self._keys.size(1)
         for name in ("_keys", "_values"):
             mine, theirs = getattr(self, name), getattr(other, name)
-            buffer = mine.new_zeros(max(mine.size(0), length), rows + theirs.size(1), *mine.shape[2:])
+            buffer = mine.new_empty(max(mine.size(0), length), rows + theirs.size(1), *mine.shape[2:])
             buffer[: self.length, :rows] = mine[: self.length]
+            buffer[self.length : length, :rows] = 0  # only the gaps: positions from `length` on are written before read
             buffer[: other.length, rows:] = theirs[: other.length]
+            buffer[other.length : length, rows:] = 0
             setattr(self, name, buffer)
         self.length = length
 

@@ -41,7 +41,13 @@ def test_lost_and_unexpected_answers_fail_the_run():
 def test_windows_count_each_outcome_once_in_the_window_it_finished_in():
     outcomes = [Outcome("short", "OK", 10.0, 0.1), Outcome("short", "OK", 59.9, 0.3), Outcome("deadline", "DEADLINE_EXCEEDED", 60.0, 0.001),
                 Outcome("short", "OK", 61.0, 0.2), Outcome("long", "OK", 130.0, 1.0)]
-    rows = windows(outcomes, [(60.0, 500.0), (120.0, 510.0), (125.0, 512.0)])
-    assert [(r["minute"], r["served"], r["errors"], r["rss_mib"]) for r in rows] == [
-        (1.0, 2, {}, 500.0), (2.0, 1, {"DEADLINE_EXCEEDED": 1}, 510.0), (125 / 60, 0, {}, 512.0)]
+    rss = [(0.0, 400.0), (30.0, 540.0), (60.0, 500.0), (90.0, 505.0), (120.0, 510.0), (125.0, 512.0)]
+    rows = windows(outcomes, [60.0, 120.0, 125.0], rss)
+    assert [(r["minute"], r["served"], r["errors"], r["rss_mib"], r["rss_peak_mib"]) for r in rows] == [
+        (1.0, 2, {}, 500.0, 540.0), (2.0, 1, {"DEADLINE_EXCEEDED": 1}, 510.0, 510.0), (125 / 60, 0, {}, 512.0, 512.0)]
     assert rows[0]["p50_ms"] == pytest.approx(200.0)
+
+
+def test_a_window_without_a_sample_of_its_own_reports_the_last_one_before_it():
+    rows = windows([], [1.0, 2.0], [(0.0, 400.0), (1.0, 450.0)])
+    assert [(r["rss_mib"], r["rss_peak_mib"]) for r in rows] == [(450.0, 450.0), (450.0, 450.0)]
