@@ -11,7 +11,7 @@ import statistics
 import subprocess
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from importlib import metadata
 from multiprocessing import get_context
 from pathlib import Path
@@ -115,6 +115,14 @@ def peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def rss_mib(pid: int | str = "self") -> float:
+    """A process's resident memory now (``VmRSS``), not its peak."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no VmRSS for process {pid}")
+
+
 def median(values: Sequence[float]) -> float:
     return statistics.median(values)
 
@@ -145,6 +153,11 @@ def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str
     lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
     lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
     return "\n".join(lines)
+
+
+def json_config(config: Any) -> dict[str, Any]:
+    """A benchmark's config dataclass as JSON-ready values (paths as strings), for its results file."""
+    return {k: str(v) if isinstance(v, Path) else v for k, v in asdict(config).items()}
 
 
 def write_results(path: Path, results: dict[str, Any]) -> Path:

@@ -20,14 +20,14 @@ import json
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
 from bench.common import (
-    RESULTS_DIR, DevSet, add_input_arguments, load_dev_set, machine, markdown_table, median, peak_rss_mib, report,
-    resolve_bench_device, run_isolated, synchronize,
+    RESULTS_DIR, DevSet, add_input_arguments, json_config, load_dev_set, machine, markdown_table, median, peak_rss_mib,
+    report, resolve_bench_device, run_isolated, synchronize,
 )
 from nmt.precision import cpu_has_bf16
 
@@ -260,8 +260,7 @@ def run(config: DecodeConfig) -> dict:
             print(f"{name} batch {batch_size}: median {median(measurement.seconds):.1f}s", file=sys.stderr, flush=True)
             measurements.append(measurement)
     rows = summarise(measurements, dev, config)
-    settings = {k: str(v) if isinstance(v, Path) else v for k, v in asdict(config).items()}
-    return {"benchmark": "decode", "machine": machine(config.device), "config": settings, "results": rows}
+    return {"benchmark": "decode", "machine": machine(config.device), "config": json_config(config), "results": rows}
 
 
 def parse_args(argv: list[str] | None = None) -> DecodeConfig:

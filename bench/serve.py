@@ -24,12 +24,13 @@ import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
 
-from bench.common import RESULTS_DIR, add_input_arguments, load_dev_set, machine, markdown_table, percentile, report
+from bench.common import (RESULTS_DIR, add_input_arguments, json_config, load_dev_set, machine, markdown_table,
+                          percentile, report)
 from nmt.precision import PRECISIONS
 from serving.stubs import translator_pb2 as pb
 from serving.stubs import translator_pb2_grpc
@@ -202,8 +203,7 @@ def run(config: ServeConfig) -> dict:
             **{f"{kind}_p{q}_ms": load.latency_ms(q, kind == "long") for kind in ("short", "long") for q in (50, 99)},
             "errors": sum(load.errors.values()), "error_codes": dict(load.errors), "mean_batch": result.mean_batch,
         })
-    settings = {k: str(v) if isinstance(v, Path) else v for k, v in asdict(config).items()}
-    return {"benchmark": "serve", "machine": machine(), "config": settings, "results": rows}
+    return {"benchmark": "serve", "machine": machine(), "config": json_config(config), "results": rows}
 
 
 def table(rows: list[dict]) -> str:

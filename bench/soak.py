@@ -28,12 +28,13 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
 
-from bench.common import RESULTS_DIR, load_dev_set, machine, markdown_table, percentile, write_results
+from bench.common import (RESULTS_DIR, json_config, load_dev_set, machine, markdown_table, percentile, rss_mib,
+                          write_results)
 from bench.serve import running_server
 from serving.stubs import translator_pb2 as pb
 from serving.stubs import translator_pb2_grpc
@@ -114,13 +115,6 @@ def verdict(issued: int, outcomes: Sequence[Outcome], growth: float | None, conf
     return failures
 
 
-def rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    raise RuntimeError(f"no VmRSS for process {pid}")
-
-
 def make_request(kind: str, index: int, sources: Sequence[str], targets: Sequence[str]) -> pb.TranslateRequest:
     text = sources[index % len(sources)]
     if kind == "long":
@@ -196,8 +190,7 @@ def run(config: SoakConfig) -> dict:
     log_path = RESULTS_DIR / "soak-server.log"
     with running_server(config.model_dir, log_path, "--torch-threads", str(config.threads)) as (address, process):
         result = asyncio.run(drive(address, process.pid, dev.sources, dev.references, config))
-    settings = {k: str(v) if isinstance(v, Path) else v for k, v in asdict(config).items()}
-    return {"benchmark": "soak", "machine": machine(), "config": settings, **result}
+    return {"benchmark": "soak", "machine": machine(), "config": json_config(config), **result}
 
 
 def table(rows: list[dict]) -> str:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from bench.common import RESULTS_DIR, machine, markdown_table, report, resolve_bench_device, synchronize
+from bench.common import RESULTS_DIR, json_config, machine, markdown_table, report, resolve_bench_device, synchronize
 from nmt.model import ModelConfig
 
 if TYPE_CHECKING:
@@ -173,8 +173,7 @@ def run(config: TrainBenchConfig) -> dict:
         "variants": timings,
         "failed_variants": failures,
     }
-    settings = {k: str(v) if isinstance(v, Path) else v for k, v in asdict(config).items()}
-    return {"benchmark": "train", "machine": machine(config.device), "config": settings, "model": asdict(model_config), "result": result}
+    return {"benchmark": "train", "machine": machine(config.device), "config": json_config(config), "model": asdict(model_config), "result": result}
 
 
 def table(result: dict) -> str:

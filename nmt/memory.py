@@ -1,10 +1,14 @@
 """Keep the resident memory of long-running CPU processes (training runs, the server) flat.
 
-Every batch has a new shape. Under bf16 autocast oneDNN caches a kernel per shape, and glibc keeps freed
-activation buffers in its heap instead of returning them: resident memory grew by ~10 MB a step here (to
-5 GB in 300 steps). A small kernel cache and an occasional ``malloc_trim`` hold it flat; trimming every
-step would cost speed (the next step faults the pages back in), so the trainer does it every few dozen and
-the server's batcher every few seconds between decoding steps.
+Every batch has a new shape, and two caches keep one compiled oneDNN kernel, with its buffers, per shape:
+oneDNN's primitive cache and ideep's (PyTorch's oneDNN wrapper) computation cache, 1,024 entries each by
+default. Under bf16 autocast, training grew by ~10 MB a step (to 5 GB in 300 steps); in the server, whose
+step-level batching meets a new row count at almost every join, each new shape cost ~0.7 MB over four
+linear layers, so resident memory crept up for many minutes before the caches were full (BENCHMARKS.md,
+"Soak"). Small caches hold it flat. Separately, glibc keeps freed activation buffers in its heap instead of
+returning them; an occasional ``malloc_trim`` hands them back. Trimming every step would cost speed (the next
+step faults the pages back in), so the trainer does it every few dozen steps and the server's batcher every
+few seconds between decoding steps.
 """
 
 from __future__ import annotations
@@ -13,10 +17,20 @@ import ctypes
 import ctypes.util
 import os
 
+KERNEL_CACHE_VARIABLES = ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY")  # oneDNN's, ideep's
+
 
 def limit_kernel_cache(capacity: int = 16) -> None:
-    """Must run before the first oneDNN kernel is built (i.e. before training starts)."""
-    os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", str(capacity))
+    """Bound both kernel caches to ``capacity`` shapes, unless the operator's environment already sets them.
+
+    Must run before the first oneDNN kernel is built: before a model is loaded for decoding (the fp32 and bf16
+    CPU copies re-pack their weights with oneDNN) or before training starts. A capacity of 0 is refused:
+    ideep (torch 2.13) crashes the process with an empty cache.
+    """
+    if capacity < 1:
+        raise ValueError(f"a kernel cache needs room for at least one kernel, got {capacity}")
+    for variable in KERNEL_CACHE_VARIABLES:
+        os.environ.setdefault(variable, str(capacity))
 
 
 def release_free_memory() -> None:

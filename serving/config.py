@@ -65,6 +65,7 @@ class ServerConfig:
     precision: str = "fp32"  # fp32, bf16 or int8: how the decoding copy of the model multiplies (nmt.precision)
     torch_threads: int | None = None  # None leaves torch's default
     adaptive_threads: bool = True  # on a CPU, decode on the CPUs other processes leave free, at most torch_threads
+    kernel_cache_capacity: int = 64  # oneDNN kernels kept per cache, one per shape (nmt.memory); the environment's wins
     tls_cert: Path | None = None  # PEM certificate chain; with tls_key, serve TLS only
     tls_key: Path | None = None
     max_receive_message_bytes: int = 4 * MIB
@@ -87,6 +88,8 @@ class ServerConfig:
             raise ValueError("stream_window and max_concurrent_rpcs must be at least 1")
         if self.grace_period_s < 0:
             raise ValueError(f"grace_period_s must be ≥ 0, got {self.grace_period_s}")
+        if self.kernel_cache_capacity < 1:  # ideep crashes with an empty cache
+            raise ValueError(f"kernel_cache_capacity must be at least 1, got {self.kernel_cache_capacity}")
 
     @property
     def address(self) -> str:

@@ -30,6 +30,7 @@ from grpc_reflection.v1alpha import reflection
 
 from nmt.budget import decoding_budget
 from nmt.checkpoint import CheckpointError
+from nmt.memory import limit_kernel_cache
 from nmt.precision import PRECISIONS
 from nmt.translator import Translator, resolve_device
 from serving.batcher import Batcher, Decoded, Job
@@ -302,6 +303,9 @@ def parse_args(argv: list[str] | None = None) -> tuple[ServerConfig, str]:
     parser.add_argument("--fixed-threads", action="store_true",
                         help="always decode on --torch-threads threads; by default decoding uses fewer while other "
                              "processes keep CPUs busy (serving/threads.py)")
+    parser.add_argument("--kernel-cache-capacity", type=int, default=defaults.kernel_cache_capacity,
+                        help="oneDNN kernels (one per input shape) each of its two caches keeps; ONEDNN_PRIMITIVE_CACHE_CAPACITY "
+                             "and LRU_CACHE_CAPACITY in the environment take precedence (default: %(default)s)")
     parser.add_argument("--tls-cert", type=Path, help="PEM certificate chain; with --tls-key the server speaks TLS only")
     parser.add_argument("--tls-key", type=Path, help="PEM private key of --tls-cert")
     parser.add_argument("--grace-period", type=float, default=defaults.grace_period_s,
@@ -334,6 +338,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[ServerConfig, str]:
         config = ServerConfig(
             model_dir=args.model, host=args.host, port=args.port, device=args.device, precision=args.precision,
             torch_threads=args.torch_threads, adaptive_threads=not args.fixed_threads,
+            kernel_cache_capacity=args.kernel_cache_capacity,
             tls_cert=args.tls_cert, tls_key=args.tls_key, max_receive_message_bytes=args.max_message_bytes,
             grace_period_s=args.grace_period, reflection=not args.no_reflection, metrics_port=args.metrics_port,
             http=None if args.no_http else HttpConfig(args.http_host, args.http_port),
@@ -348,6 +353,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[ServerConfig, str]:
 def main(argv: list[str] | None = None) -> int:
     config, log_level = parse_args(argv)
     configure_logging(log_level)
+    limit_kernel_cache(config.kernel_cache_capacity)  # before the model's weights are packed for oneDNN
     if config.torch_threads is not None:
         torch.set_num_threads(config.torch_threads)
     try:

@@ -25,3 +25,15 @@ def fixture_translator(fixture_model_dir):
     from nmt.translator import Translator
 
     return Translator.load(fixture_model_dir, device="cpu")
+
+
+@pytest.fixture
+def unset_kernel_caches(monkeypatch):
+    """The oneDNN kernel-cache variables (nmt.memory) unset, and unset again afterwards: setenv first, so that
+    monkeypatch restores what a test's code sets."""
+    from nmt.memory import KERNEL_CACHE_VARIABLES
+
+    for variable in KERNEL_CACHE_VARIABLES:
+        monkeypatch.setenv(variable, "")
+        monkeypatch.delenv(variable)
+    return monkeypatch

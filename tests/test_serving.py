@@ -7,6 +7,7 @@ import io
 import json
 import logging
 import math
+import os
 import shutil
 import subprocess
 import threading
@@ -399,6 +400,22 @@ def test_the_model_is_loaded_in_a_thread_that_has_ended(fixture_model_dir, monke
     load_translator(ServerConfig(model_dir=fixture_model_dir, device="cpu"))
     assert loaded_in[0] is not threading.main_thread()
     assert not loaded_in[0].is_alive()
+
+
+def test_the_kernel_caches_are_bounded_before_the_model_is_loaded(tmp_path, unset_kernel_caches):
+    """Both oneDNN caches are sized when the model's weights are first packed, so main() must bound them before."""
+    from nmt.memory import KERNEL_CACHE_VARIABLES
+    from serving import server
+
+    seen = {}
+
+    def load(config):
+        seen.update({variable: os.environ.get(variable) for variable in KERNEL_CACHE_VARIABLES})
+        raise StartupError("stop here")
+
+    unset_kernel_caches.setattr(server, "load_translator", load)
+    assert server.main(["--model", str(tmp_path), "--no-http", "--kernel-cache-capacity", "32"]) == 2
+    assert seen == {"ONEDNN_PRIMITIVE_CACHE_CAPACITY": "32", "LRU_CACHE_CAPACITY": "32"}
 
 
 def test_an_unknown_precision_is_refused(capsys):
