@@ -32,6 +32,18 @@ class DevSet:
     corpus: str
 
 
+@dataclass(frozen=True)
+class BenchInput:
+    """What a decoding benchmark reads (the flags of :func:`add_input_arguments`): a model and a dev-set slice."""
+
+    model_dir: Path
+    dev_path: Path
+    corpus: str = "jhe-dev"
+    source_lang: str = "ko"
+    target_lang: str = "en"
+    sentences: int = 500
+
+
 def load_dev_set(path: Path, corpus: str, source_lang: str, target_lang: str, limit: int) -> DevSet:
     """The first ``limit`` pairs of one corpus and direction, in file order (the same slice every time)."""
     rows = []

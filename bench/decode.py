@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 
 from bench.common import (
-    RESULTS_DIR, DevSet, add_input_arguments, json_config, load_dev_set, machine, markdown_table, median, peak_rss_mib,
+    RESULTS_DIR, BenchInput, DevSet, add_input_arguments, json_config, load_dev_set, machine, markdown_table, median, peak_rss_mib,
     report, resolve_bench_device, run_isolated, synchronize,
 )
 from nmt.precision import cpu_has_bf16
@@ -60,13 +60,7 @@ HF_BASELINE = "hf-fp32"  # what the issue's "≥ 3× HF generate" target is meas
 
 
 @dataclass(frozen=True)
-class DecodeConfig:
-    model_dir: Path
-    dev_path: Path
-    corpus: str = "jhe-dev"
-    source_lang: str = "ko"
-    target_lang: str = "en"
-    sentences: int = 500
+class DecodeConfig(BenchInput):
     beam_size: int = 4
     batch_sizes: tuple[int, ...] = CPU_BATCH_SIZES
     runs: int = 3

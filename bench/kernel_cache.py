@@ -18,17 +18,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.common import (RESULTS_DIR, add_input_arguments, json_config, load_dev_set, machine, markdown_table, report,
-                          rss_mib, run_isolated)
+from bench.common import (RESULTS_DIR, BenchInput, add_input_arguments, json_config, load_dev_set, machine,
+                          markdown_table, report, rss_mib, run_isolated)
 
 
 @dataclass(frozen=True)
-class KernelCacheBenchConfig:
-    model_dir: Path = Path("models/default")
-    dev_path: Path = Path("runs/release/data/dev.jsonl")
-    corpus: str = "jhe-dev"
-    source_lang: str = "ko"
-    target_lang: str = "en"
+class KernelCacheBenchConfig(BenchInput):
     sentences: int = 32  # the largest batch; every size from 1 up is decoded
     capacities: tuple[int, ...] = (1024, 256, 64, 16)  # 1024: oneDNN's and ideep's default
     beam_size: int = 4
@@ -85,7 +80,7 @@ def table(results: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    defaults = KernelCacheBenchConfig()
+    defaults = KernelCacheBenchConfig(Path("models/default"), Path("runs/release/data/dev.jsonl"))
     parser = argparse.ArgumentParser(prog="python -m bench.kernel_cache", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     add_input_arguments(parser, defaults)

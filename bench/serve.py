@@ -29,7 +29,7 @@ from pathlib import Path
 
 import grpc
 
-from bench.common import (RESULTS_DIR, add_input_arguments, json_config, load_dev_set, machine, markdown_table,
+from bench.common import (RESULTS_DIR, BenchInput, add_input_arguments, json_config, load_dev_set, machine, markdown_table,
                           percentile, report)
 from nmt.precision import PRECISIONS
 from serving.stubs import translator_pb2 as pb
@@ -39,13 +39,7 @@ STARTUP_TIMEOUT_S = 300.0
 
 
 @dataclass(frozen=True)
-class ServeConfig:
-    model_dir: Path
-    dev_path: Path
-    corpus: str = "jhe-dev"
-    source_lang: str = "ko"
-    target_lang: str = "en"
-    sentences: int = 500  # requests cycle through these
+class ServeConfig(BenchInput):  # requests cycle through the `sentences` first ones of the dev set
     requests: int = 256  # per concurrency level
     clients: tuple[int, ...] = (1, 16, 32)
     beam_size: int = 4

@@ -4,10 +4,12 @@ Every batch has a new shape, and two caches keep one compiled oneDNN kernel, wit
 oneDNN's primitive cache and ideep's (PyTorch's oneDNN wrapper) computation cache, 1,024 entries each by
 default. Under bf16 autocast, training grew by ~10 MB a step (to 5 GB in 300 steps); in the server, whose
 step-level batching meets a new row count at almost every join, resident memory crept up for many minutes
-before the caches were full (BENCHMARKS.md, "Soak"). Small caches hold it flat. Separately, glibc keeps freed activation buffers in its heap instead of
-returning them; an occasional ``malloc_trim`` hands them back. Trimming every step would cost speed (the next
-step faults the pages back in), so the trainer does it every few dozen steps and the server's batcher every
-few seconds between decoding steps.
+before the caches were full (BENCHMARKS.md, "Soak"). Small caches hold it flat.
+
+Separately, glibc keeps freed activation buffers in its heap instead of returning them; an occasional
+``malloc_trim`` hands them back. Trimming every step would cost speed (the next step faults the pages back
+in), so the trainer does it every few dozen steps and the server's batcher every few seconds between
+decoding steps.
 """
 
 from __future__ import annotations
