@@ -41,14 +41,20 @@ def random_examples(count: int = 120, seed: int = 0) -> list[tuple[list[int], li
 @pytest.mark.parametrize("update_freq", [1, 2])
 def test_cpu_losses_match_the_trainer_before_prefetching_and_deferred_reads(tmp_path, update_freq):
     """The logged loss, NLL and gradient norm of 12 steps equal, bit for bit, what the trainer of commit d9514bb
-    (padding in the loop, every loss read as it came) logged for the same run (tests/fixtures/trainer_trajectory.json)."""
+    (padding in the loop, every loss read as it came) logged for the same run (tests/fixtures/trainer_trajectory.json).
+
+    Bit for bit on the CPU kernels that recorded it (torch's AVX2 code); AVX-512 kernels sum in another order, so
+    there the numbers agree to rounding only."""
     trainer = make_trainer(tmp_path, train_fixture_tokenizer(), random_examples(), RANDOM_VOCABULARY, dev=[],
                            max_steps=12, log_every=2, eval_every=1000, save_every=1000, update_freq=update_freq)
     trainer.resume()
     trainer.fit()
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     logged = [{key: r[key] for key in ("step", "epoch", "loss", "nll", "grad_norm")} for r in records if r["kind"] == "train"]
-    expected = json.loads((FIXTURES / "trainer_trajectory.json").read_text())[f"update_freq_{update_freq}"]
+    recorded = json.loads((FIXTURES / "trainer_trajectory.json").read_text())
+    expected = recorded[f"update_freq_{update_freq}"]
+    if torch.backends.cpu.get_cpu_capability() != recorded["cpu_capability"]:
+        expected = [{key: pytest.approx(value, rel=1e-5) for key, value in record.items()} for record in expected]
     assert logged == expected
 
 
