@@ -26,8 +26,8 @@ from pathlib import Path
 import torch
 
 from bench.common import (
-    RESULTS_DIR, BenchInput, DevSet, add_input_arguments, json_config, load_dev_set, machine, markdown_table, median, peak_rss_mib,
-    report, resolve_bench_device, run_isolated, synchronize,
+    RESULTS_DIR, BenchInput, DevSet, add_input_arguments, json_config, load_dev_set, machine, markdown_table, median,
+    peak_rss_mib, report, resolve_bench_device, run_isolated, synchronize,
 )
 from nmt.precision import cpu_has_bf16
 

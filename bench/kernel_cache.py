@@ -33,10 +33,11 @@ class KernelCacheBenchConfig(BenchInput):
 
 def measure(capacity: int, config: KernelCacheBenchConfig) -> dict:
     """In a fresh process: load the model with both caches at ``capacity``, decode every batch size twice."""
-    from nmt.memory import KERNEL_CACHE_VARIABLES, release_free_memory
+    from nmt.memory import KERNEL_CACHE_VARIABLES, limit_kernel_cache, release_free_memory
 
-    for variable in KERNEL_CACHE_VARIABLES:  # set, not defaulted: the parent's environment must not decide
-        os.environ[variable] = str(capacity)
+    for variable in KERNEL_CACHE_VARIABLES:  # the parent's environment must not decide
+        os.environ.pop(variable, None)
+    limit_kernel_cache(capacity)
     import torch
 
     from nmt.search import SearchOptions
