@@ -68,10 +68,12 @@ def test_sigterm_lets_in_flight_requests_finish_and_exits_0(server_process, fixt
     start, log = server_process
     # A long first request keeps the worker busy; without batching the requests arriving meanwhile queue behind
     # it until SIGTERM makes the server drain them.
+    # 200 sentences: on a fast CPU 60 were decoded before the other requests had all queued, so the worker took one
+    # of them between the count below and SIGTERM.
     process = start("--model", str(fixture_model_dir), "--device", "cpu", "--port", "0", "--metrics-port", "0",
-                    "--http-port", "0", "--no-batching")
+                    "--http-port", "0", "--no-batching", "--max-text-tokens", "4096")
     serving = wait_for_log_line(process, log, "serving")
-    long_text = " ".join([SOURCES[0]] * 60)
+    long_text = " ".join([SOURCES[0]] * 200)
     with grpc.insecure_channel(f"127.0.0.1:{serving['port']}") as channel:
         stub = translator_pb2_grpc.TranslatorStub(channel)
         first = stub.Translate.future(pb.TranslateRequest(text=long_text, source_lang="ko", target_lang="en"), timeout=TIMEOUT)
@@ -86,7 +88,7 @@ def test_sigterm_lets_in_flight_requests_finish_and_exits_0(server_process, fixt
             assert time.monotonic() < deadline, "the requests never reached the queue"
             time.sleep(0.05)
         process.send_signal(signal.SIGTERM)
-        assert first.result().translation == " ".join([EXPECTED[0]] * 60)
+        assert first.result().translation == " ".join([EXPECTED[0]] * 200)
         assert [future.result().translation for future in in_flight] == EXPECTED
     assert process.wait(TIMEOUT) == 0
     assert wait_for_log_line(process, log, "shutting down")["queued"] == queued
