@@ -48,6 +48,7 @@ class ServeConfig(BenchInput):  # requests cycle through the `sentences` first o
     batching: tuple[bool, ...] = (True, False)
     noisy_neighbour: bool = False  # measure each level quiet and beside a busy loop on one CPU
     fixed_threads: bool = False  # the server's --fixed-threads: no adapting to other processes (for A/B runs)
+    max_batch_tokens: int | None = None  # the server's --max-batch-tokens; None leaves the device's default
     warmup_requests: int = 8
     timeout_s: float = 300.0  # per request: a bound on a stuck server, not a latency target
     out: Path = RESULTS_DIR / "serve.json"
@@ -160,9 +161,10 @@ async def generate_load(address: str, texts: Sequence[str], config: ServeConfig,
 def measure(config: ServeConfig, texts: list[str], precision: str, batching: bool) -> list[LoadResult]:
     """One server; every concurrency level, quiet and (with ``noisy_neighbour``) beside the busy loop."""
     results = []
-    log_path = RESULTS_DIR / f"serve-{'batching' if batching else 'no-batching'}.log"
+    log_path = config.out.with_name(f"{config.out.stem}-{precision}-{'batching' if batching else 'no-batching'}.log")
     arguments = ["--torch-threads", str(config.threads), "--precision", precision, *([] if batching else ["--no-batching"]),
-                 *(["--fixed-threads"] if config.fixed_threads else [])]
+                 *(["--fixed-threads"] if config.fixed_threads else []),
+                 *([] if config.max_batch_tokens is None else ["--max-batch-tokens", str(config.max_batch_tokens)])]
     with running_server(config.model_dir, log_path, *arguments) as (address, _):
         asyncio.run(generate_load(address, texts, config, 1, config.warmup_requests))
         for neighbour in ("quiet", "noisy") if config.noisy_neighbour else ("quiet",):
@@ -226,11 +228,13 @@ def parse_args(argv: list[str] | None = None) -> ServeConfig:
     parser.add_argument("--noisy-neighbour", action="store_true",
                         help="measure every level twice: quiet, and beside a busy loop pinned to one CPU")
     parser.add_argument("--fixed-threads", action="store_true", help="pass --fixed-threads to the server (the old policy)")
+    parser.add_argument("--max-batch-tokens", type=int, help="the server's --max-batch-tokens (default: the device's budget)")
     parser.add_argument("--out", type=Path, default=defaults.out, help="JSON result file (default: %(default)s)")
     args = parser.parse_args(argv)
     return ServeConfig(args.model, args.dev, args.corpus, args.source_lang, args.target_lang, args.sentences, args.requests,
                        tuple(args.clients), args.beam_size, args.threads, tuple(args.precisions),
-                       tuple(mode == "on" for mode in args.batching), args.noisy_neighbour, args.fixed_threads, out=args.out)
+                       tuple(mode == "on" for mode in args.batching), args.noisy_neighbour, args.fixed_threads,
+                       args.max_batch_tokens, out=args.out)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -278,7 +278,7 @@ async def serve(config: ServerConfig, translator: Translator) -> int:
     logger.info("serving", extra={"fields": {
         "address": replace(config, port=server.port).address, "port": server.port, "tls": config.tls_cert is not None,
         "metrics_port": server.metrics_port, "http_port": server.http.port if server.http else None, "language_pairs": pairs, "device": str(translator.device),
-        "precision": translator.precision,
+        "precision": translator.precision, "max_batch_tokens": config.batching.max_batch_tokens if config.batching.enabled else None,
     }})
     await stop.wait()
     draining = {"grace_period_s": config.grace_period_s, "queued": server.batcher.queued}
