@@ -108,10 +108,7 @@ def allowed_log_probs(
     """
     pad_id, bos_id, eos_id = special
     log_probs = logits.float().log_softmax(dim=-1)
-    log_probs[:, pad_id] = float("-inf")
-    log_probs[:, bos_id] = float("-inf")
-    if options.banned_ids:
-        log_probs[:, list(options.banned_ids)] = float("-inf")
+    log_probs[:, [pad_id, bos_id, *options.banned_ids]] = float("-inf")  # one write; ids banned twice are harmless
     if options.no_repeat_ngram_size:
         log_probs.masked_fill_(banned_ngram_mask(prefixes[:, 1:], options.no_repeat_ngram_size, log_probs.size(-1)), float("-inf"))
     if bool(at_limit.any()):

@@ -7,7 +7,7 @@ import torch
 from fixture_model import fixture_examples, pad, tiny_config
 
 from nmt.model import Transformer
-from nmt.search import SearchOptions, banned_ngram_mask, beam_search, greedy_search, search
+from nmt.search import SearchOptions, allowed_log_probs, banned_ngram_mask, beam_search, greedy_search, search
 
 BOS, EOS = 2, 3
 GREEDY_AND_BEAM = pytest.mark.parametrize("beam_size", [1, 2], ids=["greedy", "beam"])  # search() picks greedy for 1
@@ -157,3 +157,12 @@ def test_banned_ngram_mask_is_per_row():
 def test_invalid_options_are_refused(settings, message):
     with pytest.raises(ValueError, match=message):
         SearchOptions(**settings)
+
+
+def test_pad_bos_and_banned_ids_are_never_allowed():
+    logits = torch.zeros(2, 10)
+    special = (0, 1, 2)  # PAD, BOS, EOS
+    allowed = allowed_log_probs(logits, torch.ones(2, 1, dtype=torch.long), torch.tensor([False, True]),
+                                SearchOptions(banned_ids=(7, 1)), special)
+    assert torch.isinf(allowed[0]).nonzero().flatten().tolist() == [0, 1, 7]
+    assert torch.isfinite(allowed[1]).nonzero().flatten().tolist() == [2]  # at its length limit: only EOS
