@@ -29,39 +29,36 @@ def scaled_dot_product_attention(
 class KeyValueCache:
     """Keys and values of one attention layer, seen as (batch, heads, length, head_dim).
 
-    Incremental decoding appends one position per step and reorders rows after every beam-search step. The
-    tensors live time-major, (length, batch, heads, head_dim), in buffers with room to grow: appending writes
-    one slice instead of copying the whole cache, and reordering copies only the filled part.
+    Incremental decoding appends one position per step, reorders rows after every beam-search step, and (in a
+    running search) takes the rows of joining sentences. The tensors live time-major, (length, rows, heads,
+    head_dim), in buffers with room to grow in both length and rows: appending writes one slice, joining writes
+    only the new rows, and reordering copies the filled part into a second buffer of the same size, which then
+    takes the first one's place (so no step allocates).
     """
 
     def __init__(self, keys: Tensor, values: Tensor):
         self._keys, self._values = keys.permute(2, 0, 1, 3), values.permute(2, 0, 1, 3)  # views: no copy
-        self.length = keys.size(2)
+        self._spare: tuple[Tensor, Tensor] | None = None  # what select writes into; same capacity as the buffers
+        self.length, self.rows = keys.size(2), keys.size(0)
 
     @property
     def keys(self) -> Tensor:
-        return self._keys[: self.length].permute(1, 2, 0, 3)
+        return self._keys[: self.length, : self.rows].permute(1, 2, 0, 3)
 
     @property
     def values(self) -> Tensor:
-        return self._values[: self.length].permute(1, 2, 0, 3)
+        return self._values[: self.length, : self.rows].permute(1, 2, 0, 3)
 
     def append(self, keys: Tensor, values: Tensor) -> None:
         """Add positions at the end; an empty cache takes whatever rows come first."""
+        if self.length == 0:
+            self.rows = keys.size(0)
         end = self.length + keys.size(2)
-        if end > self._keys.size(0) or self.length == 0:
-            self._grow(keys, capacity=max(end, 2 * self._keys.size(0), 16))
-        self._keys[self.length : end] = keys.permute(2, 0, 1, 3)
-        self._values[self.length : end] = values.permute(2, 0, 1, 3)
+        if end > self._keys.size(0) or self.rows > self._keys.size(1):
+            self._reserve(max(end, 2 * self._keys.size(0), 16), max(self.rows, self._keys.size(1)))
+        self._keys[self.length : end, : self.rows] = keys.permute(2, 0, 1, 3)
+        self._values[self.length : end, : self.rows] = values.permute(2, 0, 1, 3)
         self.length = end
-
-    def _grow(self, like: Tensor, capacity: int) -> None:
-        batch, heads, _, head_dim = like.shape
-        for name in ("_keys", "_values"):
-            buffer = like.new_empty(capacity, batch, heads, head_dim)
-            if self.length:
-                buffer[: self.length] = getattr(self, name)[: self.length]
-            setattr(self, name, buffer)
 
     def append_rows(self, other: KeyValueCache) -> None:
         """Add ``other``'s batch rows after ours, e.g. sentences joining a running search.
@@ -69,30 +66,43 @@ class KeyValueCache:
         The side with fewer positions is zero-filled up to the other's length; the caller masks those positions
         (zeros, not garbage: a masked value still meets a zero weight).
         """
-        length, rows = max(self.length, other.length), self._keys.size(1)
-        for name in ("_keys", "_values"):
-            mine, theirs = getattr(self, name), getattr(other, name)
-            buffer = mine.new_empty(max(mine.size(0), length), rows + theirs.size(1), *mine.shape[2:])
-            buffer[: self.length, :rows] = mine[: self.length]
-            buffer[self.length : length, :rows] = 0  # only the gaps: positions from `length` on are written before read
-            buffer[: other.length, rows:] = theirs[: other.length]
-            buffer[other.length : length, rows:] = 0
-            setattr(self, name, buffer)
-        self.length = length
+        length, rows = max(self.length, other.length), self.rows + other.rows
+        if length > self._keys.size(0) or rows > self._keys.size(1):
+            self._reserve(max(length, self._keys.size(0)), max(rows, 2 * self._keys.size(1)))
+        for mine, theirs in ((self._keys, other._keys), (self._values, other._values)):
+            mine[self.length : length, : self.rows] = 0  # only the gaps: positions from `length` on are written before read
+            mine[: other.length, self.rows : rows] = theirs[: other.length, : other.rows]
+            mine[other.length : length, self.rows : rows] = 0
+        self.length, self.rows = length, rows
 
     def drop_first(self, count: int) -> None:
-        """Forget the oldest ``count`` positions, once no row reads them any more (a view: no copy)."""
+        """Forget the oldest ``count`` positions, once no row reads them any more (views: no copy)."""
         self._keys, self._values = self._keys[count:], self._values[count:]
+        if self._spare is not None:
+            self._spare = (self._spare[0][count:], self._spare[1][count:])
         self.length -= count
 
     def select(self, rows: Tensor) -> None:
         """Keep (and reorder) batch rows, e.g. after beam search picks which hypotheses survive."""
+        if rows.numel() > self._keys.size(1):
+            self._reserve(self._keys.size(0), rows.numel())
+        if self._spare is None:
+            self._spare = (torch.empty_like(self._keys), torch.empty_like(self._values))
+        if self.length:  # nothing to copy (or bounds-check) in an empty cache
+            for old, new in zip((self._keys, self._values), self._spare):
+                torch.index_select(old[: self.length, : self.rows], 1, rows, out=new[: self.length, : rows.numel()])
+        self._spare, (self._keys, self._values) = (self._keys, self._values), self._spare
+        self.rows = rows.numel()
+
+    def _reserve(self, length: int, rows: int) -> None:
+        """Move into buffers with room for ``length`` positions of ``rows`` rows; the spare is made again when needed."""
         for name in ("_keys", "_values"):
             old = getattr(self, name)
-            new = old.new_empty(old.size(0), rows.numel(), *old.shape[2:])
-            if self.length:  # nothing to copy (or bounds-check) in an empty cache
-                torch.index_select(old[: self.length], 1, rows, out=new[: self.length])
-            setattr(self, name, new)
+            buffer = old.new_empty(length, rows, *old.shape[2:])
+            if self.length:
+                buffer[: self.length, : self.rows] = old[: self.length, : self.rows]
+            setattr(self, name, buffer)
+        self._spare = None
 
 
 class MultiHeadAttention(nn.Module):

@@ -60,3 +60,22 @@ def test_cache_appends_along_time_and_selects_rows():
     cache.select(torch.tensor([2, 0, 0]))
     assert cache.keys[:, 0, :, 0].tolist() == [[2, 12], [0, 10], [0, 10]]
     assert cache.values[:, 0, :, 0].tolist() == [[-2, -12], [0, -10], [0, -10]]
+
+
+def test_joining_rows_are_zero_filled_and_reordering_reuses_two_buffers():
+    def rows(first: int, count: int, length: int) -> torch.Tensor:  # row r holds r + 10·position
+        return (torch.arange(first, first + count, dtype=torch.float)[:, None, None, None]
+                + 10 * torch.arange(length, dtype=torch.float)[None, None, :, None]).expand(count, 2, length, 4)
+
+    cache = KeyValueCache(torch.zeros(2, 2, 0, 4), torch.zeros(2, 2, 0, 4))
+    cache.append(rows(0, 2, 3), -rows(0, 2, 3))
+    cache.append_rows(KeyValueCache(rows(5, 1, 1), -rows(5, 1, 1)))  # a shorter newcomer: zeros after its own positions
+    assert cache.keys[:, 0, :, 0].tolist() == [[0, 10, 20], [1, 11, 21], [5, 0, 0]]
+    assert cache.values[:, 0, :, 0].tolist() == [[0, -10, -20], [-1, -11, -21], [-5, 0, 0]]
+
+    addresses = set()
+    for order in ([2, 0, 1], [1, 2, 0], [0, 0, 1]):
+        cache.select(torch.tensor(order))
+        addresses.add(cache.keys.data_ptr())
+    assert cache.keys[:, 0, :, 0].tolist() == [[0, 10, 20], [0, 10, 20], [1, 11, 21]]  # the three orders composed
+    assert len(addresses) == 2  # every reorder writes the spare buffer, which then swaps in: nothing is allocated
