@@ -36,7 +36,7 @@ BT_SEARCH ?= beam
 BT_THREADS ?= 2
 export DATA_DIR BT_DIR HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1
 
-.PHONY: help install proto test data train cooldown backtranslate eval compare average release serve translate plot-attention bench bench-decode bench-serve bench-train bench-profile bench-kernel-cache soak tune-decoding gpu-carry gpu-check clean
+.PHONY: help install proto test data train cooldown backtranslate eval compare average release serve translate plot-attention bench bench-decode bench-serve bench-train bench-profile bench-kernel-cache bench-continuous soak tune-decoding gpu-carry gpu-check clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -124,6 +124,9 @@ bench-profile: install  ## where our decoding time goes (torch.profiler), batch 
 
 bench-kernel-cache: install  ## resident memory and speed of decoding $(MODEL) against the oneDNN kernel-cache capacity
 	$(PY) -m bench.kernel_cache --model $(MODEL) --dev $(RUN_DIR)/data/dev.jsonl --threads $(BENCH_THREADS)
+
+bench-continuous: install  ## the server's step-level search alone: sentences/s with 1, 8 and 32 sentences in flight
+	$(PY) -m bench.continuous --model $(MODEL) --dev $(RUN_DIR)/data/dev.jsonl --threads $(BENCH_THREADS)
 
 gpu-carry: install  ## for a GPU session: the wheels its image lacks and the release data, compressed, into .gpu-carry/
 	bash bench/cuda_session.sh prepare

@@ -1,0 +1,99 @@
+"""The server's decoding engine without the server: sentences/s of :mod:`nmt.continuous` with N sentences in flight.
+
+    python -m bench.continuous --model models/default --dev runs/release/data/dev.jsonl   (make bench-continuous)
+
+``bench.serve`` measures the whole path (gRPC, the batcher, a load generator on the same CPUs); this measures the
+step-level beam search alone, in one process, as closed-loop clients would drive it: ``--in-flight`` requests of
+one dev sentence each are in the search at every step, and each one answered is replaced by the next sentence at
+once. The ratio of N in flight to one in flight is the ceiling of the server's "32 clients ÷ 1 client". Every
+level translates the same sentences, so their outputs must agree (a sentence's translation does not depend on its
+batch mates); the table says whether they do.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.common import RESULTS_DIR, BenchInput, add_input_arguments, json_config, load_dev_set, machine, markdown_table, report
+
+
+@dataclass(frozen=True)
+class ContinuousBenchConfig(BenchInput):
+    sentences: int = 256  # translated at every level
+    in_flight: tuple[int, ...] = (1, 8, 32)
+    beam_size: int = 4
+    threads: int = 2
+    max_batch_tokens: int = 16_384  # large enough that the in-flight count, not the budget, sets the batch
+    out: Path = RESULTS_DIR / "continuous.json"
+
+
+def closed_loop(translator, sources: list[str], target_lang: str, in_flight: int, config: ContinuousBenchConfig) -> dict:
+    """Translate ``sources`` keeping ``in_flight`` of them in the search; their outputs, steps and seconds."""
+    from nmt.continuous import ContinuousTranslation
+    from nmt.search import SearchOptions
+
+    engine = ContinuousTranslation(translator, target_lang, SearchOptions(beam_size=config.beam_size), config.max_batch_tokens)
+    outputs: dict[int, str] = {}
+    queued = iter(range(len(sources)))
+    for index in range(min(in_flight, len(sources))):
+        engine.add(next(queued), [sources[index]])
+    steps, started = 0, time.perf_counter()
+    while engine:
+        for finished in engine.step():
+            outputs[finished.key] = finished.translations[0].text
+            if (index := next(queued, None)) is not None:
+                engine.add(index, [sources[index]])
+        steps += 1
+    seconds = time.perf_counter() - started
+    return {"in_flight": in_flight, "sentences": len(sources), "steps": steps, "seconds": seconds,
+            "sentences_per_s": len(sources) / seconds, "outputs": [outputs[i] for i in range(len(sources))]}
+
+
+def run(config: ContinuousBenchConfig) -> dict:
+    import torch
+
+    from nmt.translator import Translator
+
+    torch.set_num_threads(config.threads)
+    dev = load_dev_set(config.dev_path, config.corpus, config.source_lang, config.target_lang, config.sentences)
+    translator = Translator.load(config.model_dir, device="cpu")
+    closed_loop(translator, dev.sources[:16], dev.target_lang, 8, config)  # warm-up: kernels and buffers
+    results = [closed_loop(translator, dev.sources, dev.target_lang, n, config) for n in config.in_flight]
+    reference, single = results[0].pop("outputs"), results[0]["sentences_per_s"]
+    results[0] |= {"vs_first": 1.0, "same_outputs": True}
+    for result in results[1:]:
+        result |= {"vs_first": result["sentences_per_s"] / single, "same_outputs": result.pop("outputs") == reference}
+    return {"benchmark": "continuous", "machine": machine(), "config": json_config(config), "results": results}
+
+
+def table(results: dict) -> str:
+    return markdown_table(
+        ["in flight", "sentences/s", "× first level", "steps", "ms per step", "same outputs"],
+        [[r["in_flight"], r["sentences_per_s"], r["vs_first"], r["steps"], 1000 * r["seconds"] / r["steps"],
+          "yes" if r["same_outputs"] else "NO"] for r in results["results"]],
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    defaults = ContinuousBenchConfig(Path("models/default"), Path("runs/release/data/dev.jsonl"))
+    parser = argparse.ArgumentParser(prog="python -m bench.continuous", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_input_arguments(parser, defaults)
+    parser.add_argument("--in-flight", type=int, nargs="+", default=list(defaults.in_flight),
+                        help="sentences kept in the search, one level each; the first is the baseline (default: %(default)s)")
+    parser.add_argument("--beam-size", type=int, default=defaults.beam_size)
+    parser.add_argument("--threads", type=int, default=defaults.threads)
+    parser.add_argument("--max-batch-tokens", type=int, default=defaults.max_batch_tokens)
+    parser.add_argument("--out", type=Path, default=defaults.out)
+    args = parser.parse_args(argv)
+    config = ContinuousBenchConfig(args.model, args.dev, args.corpus, args.source_lang, args.target_lang, args.sentences,
+                                   tuple(args.in_flight), args.beam_size, args.threads, args.max_batch_tokens, args.out)
+    results = run(config)
+    return report(config.out, results, table(results))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
