@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from bench.common import RESULTS_DIR, json_config, machine, markdown_table, report, resolve_bench_device, synchronize
+from nmt.memory import configure_training_process
 from nmt.model import ModelConfig
 
 if TYPE_CHECKING:
@@ -213,6 +214,7 @@ def parse_args(argv: list[str] | None = None) -> TrainBenchConfig:
 
 def main(argv: list[str] | None = None) -> int:
     config = parse_args(argv)
+    configure_training_process()  # as make train does: the step measured is the step that trains
     results = run(config)
     return report(config.out, results, table(results["result"]))
 

@@ -36,7 +36,7 @@ from datasets import load_from_disk
 from nmt.checkpoint import CheckpointError
 from nmt.model import ModelConfig, Transformer
 from nmt.tokenizer import Tokenizer
-from nmt.memory import limit_kernel_cache
+from nmt.memory import configure_training_process
 from training.recipe import load_recipe
 from training.state import fork_run, warm_start
 from training.trainer import DevPair, Distributed, Trainer, TrainingConfig
@@ -85,7 +85,7 @@ def read_dev_pairs(path: Path) -> list[DevPair]:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    limit_kernel_cache()
+    configure_training_process()
     recipe = load_recipe(args.config)
     if args.threads:
         torch.set_num_threads(args.threads)
