@@ -314,41 +314,46 @@ def most_probable(log_probs: Tensor) -> tuple[Tensor, Tensor]:
 def one_hypothesis_search(
     model: Transformer, source: Tensor, bos_id: int, eos_id: int, options: SearchOptions, choose: ChooseToken
 ) -> list[list[Hypothesis]]:
-    """One hypothesis per sentence, extended by one ``choose``-n token per step: greedy search or sampling."""
+    """One hypothesis per sentence, extended by one ``choose``-n token per step: greedy search or sampling.
+
+    A sentence leaves the batch at the step it ends (EOS, or its length limit, where EOS is all that is allowed), so
+    a batch costs less with every sentence done instead of running every row to the longest output.
+    """
     model.eval()
-    pad_id, device, sentences = model.config.pad_id, source.device, source.size(0)
+    pad_id, device = model.config.pad_id, source.device
     memory, memory_mask = model.encode(source)
     cache = model.start_cache(memory, memory_mask)
     max_lengths = max_target_lengths(source, pad_id, options, model.config.max_positions)
-    tokens = torch.full((sentences, 1), bos_id, dtype=torch.long, device=device)
-    log_prob = torch.zeros(sentences, device=device)
-    lengths = torch.zeros(sentences, dtype=torch.long, device=device)
-    running = torch.ones(sentences, dtype=torch.bool, device=device)
-    steps: list[Tensor] = []
+    sentence = torch.arange(source.size(0), device=device)  # which sentence each row is
+    tokens = torch.full((source.size(0), 1), bos_id, dtype=torch.long, device=device)
+    log_prob = torch.zeros(source.size(0), device=device)
+    attention: Tensor | None = None  # (rows, steps, source width) when options.return_attention
+    results: dict[int, list[Hypothesis]] = {}
     for step in range(int(max_lengths.max())):
         logits, step_attention = model.decode_step(tokens[:, -1], cache, need_weights=options.return_attention)
         chosen, chosen_log_prob = choose(allowed_log_probs(logits, tokens, max_lengths <= step + 1, options, (pad_id, bos_id, eos_id)))
-        chosen = torch.where(running, chosen, torch.full_like(chosen, pad_id))
-        log_prob += torch.where(running, chosen_log_prob, torch.zeros_like(chosen_log_prob))
-        lengths += running.long()
-        if step_attention is not None:
-            steps.append(step_attention.float().cpu())
+        log_prob += chosen_log_prob
         tokens = torch.cat([tokens, chosen[:, None]], dim=1)
-        running &= chosen != eos_id
-        if not bool(running.any()):
+        if step_attention is not None:
+            step_attention = step_attention[:, None].float()
+            attention = step_attention if attention is None else torch.cat([attention, step_attention], dim=1)
+        ended = chosen == eos_id
+        if not bool(ended.any()):
+            continue
+        for row in ended.nonzero().squeeze(1).tolist():
+            results[int(sentence[row])] = [Hypothesis(
+                tokens=tokens[row, 1:-1].tolist(),
+                score=length_normalise(float(log_prob[row]), step + 1, options.length_penalty),
+                attention=None if attention is None else attention[row].cpu(),
+            )]
+        if bool(ended.all()):
             break
-
-    results = []
-    for i in range(sentences):
-        length = int(lengths[i])
-        attention = torch.stack([a[i] for a in steps[:length]]) if steps else None
-        hypothesis = Hypothesis(
-            tokens=tokens[i, 1:length].tolist(),
-            score=length_normalise(float(log_prob[i]), length, options.length_penalty),
-            attention=attention,
-        )
-        results.append([hypothesis])
-    return results
+        keep = (~ended).nonzero().squeeze(1)
+        sentence, tokens, log_prob, max_lengths = sentence[keep], tokens[keep], log_prob[keep], max_lengths[keep]
+        attention = None if attention is None else attention.index_select(0, keep)
+        cache.select_hypotheses(keep)
+        cache.select_sources(keep)
+    return [results[i] for i in range(source.size(0))]
 
 
 def greedy_search(model: Transformer, source: Tensor, bos_id: int, eos_id: int, options: SearchOptions) -> list[list[Hypothesis]]:
