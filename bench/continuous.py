@@ -16,8 +16,12 @@ import argparse
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bench.common import RESULTS_DIR, BenchInput, add_input_arguments, json_config, load_dev_set, machine, markdown_table, report
+
+if TYPE_CHECKING:
+    from nmt.translator import Translator
 
 
 @dataclass(frozen=True)
@@ -30,7 +34,7 @@ class ContinuousBenchConfig(BenchInput):
     out: Path = RESULTS_DIR / "continuous.json"
 
 
-def closed_loop(translator, sources: list[str], target_lang: str, in_flight: int, config: ContinuousBenchConfig) -> dict:
+def closed_loop(translator: Translator, sources: list[str], target_lang: str, in_flight: int, config: ContinuousBenchConfig) -> dict:
     """Translate ``sources`` keeping ``in_flight`` of them in the search; their outputs, steps and seconds."""
     from nmt.continuous import ContinuousTranslation
     from nmt.search import SearchOptions

@@ -50,8 +50,8 @@ def reuse_freed_memory() -> None:
 
     glibc maps every block above 32 MiB on its own and unmaps it when freed, so a training step's large buffers
     (the logits of 4,096 tokens over 8,000 pieces alone are 131 MB) were mapped, faulted in page by page and unmapped
-    again every step: a third of a 2-core step went to the kernel, and training ran 36-57 % faster without it
-    (BENCHMARKS.md, "Training"). With no separate mappings and no automatic trim, the next step reuses what this
+    again every step: a third of a 2-core step went to the kernel, and training runs 63 % faster without it
+    (BENCHMARKS.md, "Page faults were a third of the step"). With no separate mappings and no automatic trim, the next step reuses what this
     one freed; :func:`release_free_memory`, every few dozen steps, still returns what stays unused.
     """
     libc = _glibc()

@@ -340,10 +340,11 @@ def one_hypothesis_search(
         ended = chosen == eos_id
         if not bool(ended.any()):
             continue
-        for row in ended.nonzero().squeeze(1).tolist():
-            results[int(sentence[row])] = [Hypothesis(
+        rows = ended.nonzero().squeeze(1)
+        for row, index, row_log_prob in zip(rows.tolist(), sentence[rows].tolist(), log_prob[rows].tolist()):  # one read each
+            results[index] = [Hypothesis(
                 tokens=tokens[row, 1:-1].tolist(),
-                score=length_normalise(float(log_prob[row]), step + 1, options.length_penalty),
+                score=length_normalise(row_log_prob, step + 1, options.length_penalty),
                 attention=None if attention is None else attention[row].cpu(),
             )]
         if bool(ended.all()):

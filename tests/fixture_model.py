@@ -7,6 +7,7 @@ check real translations ("나는 학생입니다." → "I am a student.") withou
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 import torch
@@ -25,6 +26,14 @@ def fixture_pairs() -> list[tuple[str, str]]:
     """The (Korean, English) pairs of the fixture corpus."""
     lines = (FIXTURES / "tiny.tsv").read_text(encoding="utf-8").splitlines()
     return [tuple(line.split("\t")) for line in lines if line]
+
+
+def write_fixture_dev_set(path: Path) -> Path:
+    """The fixture pairs as a prepared ko->en dev set (``dev.jsonl`` lines of corpus "fixture"), for the benchmarks."""
+    path.write_text("".join(json.dumps({"corpus": "fixture", "source_lang": "ko", "target_lang": "en", "source": ko,
+                                        "target": en}, ensure_ascii=False) + "\n" for ko, en in fixture_pairs()),
+                    encoding="utf-8")
+    return path
 
 
 def fixture_examples(tokenizer: Tokenizer) -> list[tuple[list[int], list[int]]]:

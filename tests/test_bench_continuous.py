@@ -1,16 +1,12 @@
 """bench.continuous on the fixture model: every in-flight level translates the same sentences to the same outputs."""
 
-import json
-
 from bench.continuous import ContinuousBenchConfig, run, table
-from fixture_model import fixture_pairs
+from fixture_model import fixture_pairs, write_fixture_dev_set
 
 
 def test_every_level_agrees_with_one_sentence_in_flight(fixture_model_dir, tmp_path):
     pairs = fixture_pairs()
-    dev = tmp_path / "dev.jsonl"
-    dev.write_text("".join(json.dumps({"corpus": "fixture", "source_lang": "ko", "target_lang": "en", "source": ko,
-                                       "target": en}, ensure_ascii=False) + "\n" for ko, en in pairs))
+    dev = write_fixture_dev_set(tmp_path / "dev.jsonl")
     config = ContinuousBenchConfig(fixture_model_dir, dev, corpus="fixture", sentences=len(pairs), in_flight=(1, 2, 8),
                                    threads=1)
     results = run(config)

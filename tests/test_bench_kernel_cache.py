@@ -1,15 +1,11 @@
 """bench.kernel_cache on the fixture model: one fresh process per capacity, every batch size decoded twice."""
 
-import json
-
 from bench.kernel_cache import KernelCacheBenchConfig, run, table
-from fixture_model import fixture_pairs
+from fixture_model import write_fixture_dev_set
 
 
 def test_each_capacity_decodes_every_batch_size_with_the_same_outputs(fixture_model_dir, tmp_path):
-    dev = tmp_path / "dev.jsonl"
-    dev.write_text("".join(json.dumps({"corpus": "fixture", "source_lang": "ko", "target_lang": "en", "source": ko,
-                                       "target": en}, ensure_ascii=False) + "\n" for ko, en in fixture_pairs()))
+    dev = write_fixture_dev_set(tmp_path / "dev.jsonl")
     config = KernelCacheBenchConfig(fixture_model_dir, dev, corpus="fixture", sentences=3, capacities=(8, 1), threads=1)
     results = run(config)
     assert [r["capacity"] for r in results["results"]] == [8, 1]

@@ -3,13 +3,11 @@
 import json
 
 from bench.serve import ServeConfig, parse_args, run, table
-from fixture_model import fixture_pairs
+from fixture_model import write_fixture_dev_set
 
 
 def test_every_level_is_answered_by_a_server_started_with_the_requested_budget(fixture_model_dir, tmp_path):
-    dev = tmp_path / "dev.jsonl"
-    dev.write_text("".join(json.dumps({"corpus": "fixture", "source_lang": "ko", "target_lang": "en", "source": ko,
-                                       "target": en}, ensure_ascii=False) + "\n" for ko, en in fixture_pairs()))
+    dev = write_fixture_dev_set(tmp_path / "dev.jsonl")
     out = tmp_path / "serve.json"
     config = ServeConfig(fixture_model_dir, dev, corpus="fixture", sentences=3, requests=6, clients=(1, 3), threads=1,
                          precisions=("fp32",), batching=(True,), max_batch_tokens=300, warmup_requests=1, out=out)
