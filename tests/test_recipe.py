@@ -29,17 +29,27 @@ def test_bt_dir_picks_the_round_of_back_translated_corpora(monkeypatch):
         "runs/bt2/ko-kowiki/train", "runs/bt2/en-enwikinews/train"]
 
 
-def test_an_extending_recipe_replaces_sections_and_appends_corpora(tmp_path):
+def test_an_extending_recipe_updates_sections_and_appends_corpora(tmp_path):
     (tmp_path / "base.yaml").write_text(
-        "name: base\nseed: 3\ntraining: {lr: 0.1}\ncorpora:\n  train: [{name: a, path: a}]\n  dev: [{name: d, path: d}]\n"
+        "name: base\nseed: 3\ntraining: {lr: 0.1, warmup_steps: 50}\n"
+        "corpora:\n  train: [{name: a, path: a}]\n  dev: [{name: d, path: d}]\n"
     )
     (tmp_path / "child.yaml").write_text(
         "extends: base.yaml\nname: child\ntraining: {lr: 0.2}\ncorpora:\n  train: [{name: b, path: b, weight: 2}]\n"
     )
     child = load_recipe(tmp_path / "child.yaml", data_dir=tmp_path)
-    assert (child.name, child.seed, child.training) == ("child", 3, {"lr": 0.2})
+    assert (child.name, child.seed, child.training) == ("child", 3, {"lr": 0.2, "warmup_steps": 50})
     assert [spec.name for spec in child.train] == ["a", "b"] and child.train[1].weight == 2
     assert [spec.name for spec in child.dev] == ["d"]
+
+
+def test_a_corpus_named_like_a_base_corpus_replaces_it_in_place(tmp_path):
+    (tmp_path / "base.yaml").write_text(
+        "name: base\ncorpora:\n  train: [{name: a, path: a}, {name: bible, path: bible}, {name: c, path: c}]\n")
+    (tmp_path / "child.yaml").write_text(
+        "extends: base.yaml\nname: no-bible\ncorpora:\n  train: [{name: bible, path: bible, weight: 0}, {name: d, path: d}]\n")
+    child = load_recipe(tmp_path / "child.yaml", data_dir=tmp_path)
+    assert [(spec.name, spec.weight) for spec in child.train] == [("a", 1.0), ("bible", 0), ("c", 1.0), ("d", 1.0)]
 
 
 def test_directions_of_human_and_synthetic_corpora():

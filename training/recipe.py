@@ -5,9 +5,11 @@ file, filled from the Makefile's ``DATA_DIR ?= ../shared/data``), except absolut
 (our own outputs, such as back-translated corpora, relative to the working directory); a corpus may instead name
 a Hub dataset id.
 
-A recipe may start from another with ``extends: release.yaml`` (a path relative to its own file): every section
-of the base applies unless the recipe sets it, and the recipe's corpora are added to the base's, split by split.
-So ``release-bt.yaml`` is exactly the release recipe plus its back-translated corpora.
+A recipe may start from another with ``extends: release.yaml`` (a path relative to its own file): it changes only
+what it names. Its mapping sections (``training``, ``model``, ...) update the base's key by key; its corpora are
+added to the base's, split by split, except that one named like a base corpus replaces that entry in place (so
+``{name: bible, path: bible-krv-kjv/train, weight: 0}`` leaves the Bible out). So ``release-bt.yaml`` is exactly
+the release recipe plus its back-translated corpora, and an ablation arm is a few lines.
 """
 
 from __future__ import annotations
@@ -106,13 +108,22 @@ def load_recipe(path: str | Path, data_dir: str | Path | None = None) -> Recipe:
 
 
 def _read_extended(path: Path, data_dir: str) -> dict:
-    """The recipe's YAML merged onto the one it ``extends`` (recursively): sections replaced, corpora appended."""
+    """The recipe's YAML merged onto the one it ``extends`` (recursively): sections updated, corpora merged by name."""
     text = path.read_text(encoding="utf-8").replace("${BT_DIR}", os.environ.get("BT_DIR") or "runs/bt")
     raw = yaml.safe_load(text.replace("${DATA_DIR}", data_dir))
     base_name = raw.pop("extends", None)
     if base_name is None:
         return raw
     base = _read_extended(path.parent / base_name, data_dir)
-    corpora = {split: [*base.get("corpora", {}).get(split, []), *raw.get("corpora", {}).get(split, [])]
+    merged = {key: {**base[key], **value} if isinstance(value, dict) and isinstance(base.get(key), dict) else value
+              for key, value in raw.items()}
+    corpora = {split: _merge_corpora(base.get("corpora", {}).get(split, []), raw.get("corpora", {}).get(split, []))
                for split in ("train", "dev", "test")}
-    return {**base, **raw, "corpora": corpora}
+    return {**base, **merged, "corpora": corpora}
+
+
+def _merge_corpora(base: list[dict], extra: list[dict]) -> list[dict]:
+    """``base`` with each same-named entry of ``extra`` put in its place, then the rest of ``extra`` appended."""
+    by_name = {spec["name"]: spec for spec in extra}
+    kept = [by_name.pop(spec["name"], spec) for spec in base]
+    return [*kept, *by_name.values()]
