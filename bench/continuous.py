@@ -8,6 +8,11 @@ one dev sentence each are in the search at every step, and each one answered is 
 once. The ratio of N in flight to one in flight is the ceiling of the server's "32 clients ÷ 1 client". Every
 level translates the same sentences, so their outputs must agree (a sentence's translation does not depend on its
 batch mates); the table says whether they do.
+
+Beside each level runs the fixed batch it replaces: the same sentences, N at a time in arrival order, each batch
+formed at once and decoded to its end (``Translator.translate``, as the server batched before step-level
+batching). Fixed batches make requests wait, so they are no way to serve, but their sentences/s says what the
+step-level search costs per sentence beyond the arithmetic of a batch of N: the engine's own overhead.
 """
 
 from __future__ import annotations
@@ -56,6 +61,17 @@ def closed_loop(translator: Translator, sources: list[str], target_lang: str, in
             "sentences_per_s": len(sources) / seconds, "outputs": [outputs[i] for i in range(len(sources))]}
 
 
+def fixed_batches(translator: Translator, sources: list[str], source_lang: str, target_lang: str, size: int,
+                  config: ContinuousBenchConfig) -> dict:
+    """Translate ``sources`` ``size`` at a time, each batch decoded to its end; their outputs and sentences/s."""
+    from nmt.search import SearchOptions
+
+    options, outputs, started = SearchOptions(beam_size=config.beam_size), [], time.perf_counter()
+    for first in range(0, len(sources), size):
+        outputs += [t.text for t in translator.translate(sources[first : first + size], source_lang, target_lang, options)]
+    return {"sentences_per_s": len(sources) / (time.perf_counter() - started), "outputs": outputs}
+
+
 def run(config: ContinuousBenchConfig) -> dict:
     import torch
 
@@ -63,20 +79,23 @@ def run(config: ContinuousBenchConfig) -> dict:
 
     torch.set_num_threads(config.threads)
     dev = load_dev_set(config.dev_path, config.corpus, config.source_lang, config.target_lang, config.sentences)
-    translator = Translator.load(config.model_dir, device="cpu")
+    translator = Translator.load(config.model_dir, device="cpu", max_batch_tokens=config.max_batch_tokens)
     closed_loop(translator, dev.sources[:16], dev.target_lang, 8, config)  # warm-up: kernels and buffers
     results = [closed_loop(translator, dev.sources, dev.target_lang, n, config) for n in config.in_flight]
-    reference, single = results[0].pop("outputs"), results[0]["sentences_per_s"]
-    results[0] |= {"vs_first": 1.0, "same_outputs": True}
-    for result in results[1:]:
-        result |= {"vs_first": result["sentences_per_s"] / single, "same_outputs": result.pop("outputs") == reference}
+    reference, single = results[0]["outputs"], results[0]["sentences_per_s"]
+    for result in results:
+        fixed = fixed_batches(translator, dev.sources, dev.source_lang, dev.target_lang, result["in_flight"], config)
+        result |= {"vs_first": result["sentences_per_s"] / single, "fixed_batch_sentences_per_s": fixed["sentences_per_s"],
+                   "same_outputs": result.pop("outputs") == reference == fixed["outputs"]}
     return {"benchmark": "continuous", "machine": machine(), "config": json_config(config), "results": results}
 
 
 def table(results: dict) -> str:
     return markdown_table(
-        ["in flight", "sentences/s", "× first level", "steps", "ms per step", "same outputs"],
+        ["in flight", "sentences/s", "× first level", "steps", "ms per step", "fixed batches of N, sentences/s",
+         "step-level ÷ fixed", "same outputs"],
         [[r["in_flight"], r["sentences_per_s"], r["vs_first"], r["steps"], 1000 * r["seconds"] / r["steps"],
+          r["fixed_batch_sentences_per_s"], r["sentences_per_s"] / r["fixed_batch_sentences_per_s"],
           "yes" if r["same_outputs"] else "NO"] for r in results["results"]],
     )
 

@@ -75,6 +75,10 @@ class KeyValueCache:
             mine[other.length : length, self.rows : rows] = 0
         self.length, self.rows = length, rows
 
+    def keep_first(self, count: int) -> None:
+        """Forget the positions from ``count`` on (padding no row reads any more); a later append overwrites them."""
+        self.length = min(self.length, count)
+
     def drop_first(self, count: int) -> None:
         """Forget the oldest ``count`` positions, once no row reads them any more (views: no copy)."""
         self._keys, self._values = self._keys[count:], self._values[count:]

@@ -167,10 +167,17 @@ class DecoderCache:
             layer.self_attn.select(rows)
 
     def select_sources(self, rows: Tensor) -> None:
-        """Keep and reorder the encoder-side rows, e.g. when finished sentences leave the batch."""
+        """Keep and reorder the encoder-side rows, e.g. when finished sentences leave the batch.
+
+        The source positions past the longest kept source go too: they are padding that only leaving sentences
+        filled, and a running search that never empties would otherwise attend over its widest source ever.
+        """
+        mask = self.memory_mask.index_select(0, rows)
+        width = int(mask.flatten(1).sum(1).max())  # sources are left-aligned, so the longest one's length
+        self.memory_mask = mask[..., :width]
         for layer in self.layers:
+            layer.cross_attn.keep_first(width)
             layer.cross_attn.select(rows)
-        self.memory_mask = self.memory_mask.index_select(0, rows)
 
 
 class DecoderLayer(nn.Module):

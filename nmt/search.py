@@ -14,6 +14,7 @@ from collections.abc import Callable, Collection, Hashable, Sequence
 from dataclasses import dataclass, field
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from nmt.model import DecoderCache, Transformer
@@ -66,6 +67,15 @@ def banned_ngram_mask(prefixes: Tensor, n: int, vocab_size: int) -> Tensor:
     row_index = torch.arange(rows, device=prefixes.device)[:, None].expand_as(matches)
     banned[row_index[matches], windows[:, :, -1][matches]] = True
     return banned
+
+
+def append_step_attention(history: Tensor | None, step: Tensor) -> Tensor:
+    """``history`` (rows, steps, width) with one more step's cross-attention (rows, width') after it, zero-padded to
+    the wider of the two: the source width shrinks when the longest sources leave the batch."""
+    step = step[:, None].float()
+    if history is None:
+        return step
+    return torch.cat([history, F.pad(step, (0, history.size(-1) - step.size(-1)))], dim=1)
 
 
 def length_normalise(log_prob: float, length: int, alpha: float) -> float:
@@ -185,7 +195,7 @@ class BeamSearch:
             self._prefixes, self._scores = torch.cat([self._prefixes, prefixes]), torch.cat([self._scores, scores])
             if self._attention is not None:
                 rows, steps, width = self._attention.shape
-                attention = self._attention.new_zeros(rows + prefixes.size(0), steps, self._cache.memory_mask.size(-1))
+                attention = self._attention.new_zeros(rows + prefixes.size(0), steps, max(width, self._cache.memory_mask.size(-1)))
                 attention[:rows, :, :width] = self._attention
                 self._attention = attention
         self._sentences += [_Sentence(key, limit, start) for key, limit in zip(keys, limits)]
@@ -203,8 +213,7 @@ class BeamSearch:
             logits, width, self._prefixes, torch.tensor(at_limit, device=device).repeat_interleave(beam), options, self.special
         )
         if step_attention is not None:
-            step_attention = step_attention[:, None].float()
-            self._attention = step_attention if self._attention is None else torch.cat([self._attention, step_attention], dim=1)
+            self._attention = append_step_attention(self._attention, step_attention)
 
         candidates = (self._scores.view(-1, 1) + row_log_probs).view(live, beam * width)
         top_scores, top_index = candidates.topk(width, dim=1)
@@ -335,8 +344,7 @@ def one_hypothesis_search(
         log_prob += chosen_log_prob
         tokens = torch.cat([tokens, chosen[:, None]], dim=1)
         if step_attention is not None:
-            step_attention = step_attention[:, None].float()
-            attention = step_attention if attention is None else torch.cat([attention, step_attention], dim=1)
+            attention = append_step_attention(attention, step_attention)
         ended = chosen == eos_id
         if not bool(ended.any()):
             continue

@@ -105,3 +105,20 @@ def test_removed_sentences_leave_and_the_search_empties(fixture_translator, sour
     while engine:
         results.update(engine.step())
     assert_same_nbest(results["d"], alone(model, sources[3], options), len(sources[3]))
+
+
+def test_the_source_width_shrinks_to_the_longest_source_still_searching(fixture_translator, sources):
+    """A running search that never empties must not attend over the padding of its widest source ever."""
+    model, options = fixture_translator.model, SearchOptions(beam_size=2, return_attention=True)
+    short, long_row = min(sources, key=len), max(sources, key=len)
+    engine = BeamSearch(model, BOS, EOS, options)
+    engine.add(pad([long_row, short]), ["long", "short"])
+    engine.step()
+    engine.remove({"long"})
+    assert engine._cache.memory_mask.size(-1) == len(short) < len(long_row)
+    engine.add(torch.tensor([long_row[: len(short) + 1]]), ["joined"])  # one position wider again
+    results = {}
+    while engine:
+        results.update(engine.step())
+    assert_same_nbest(results["short"], alone(model, short, options), len(short))
+    assert_same_nbest(results["joined"], alone(model, long_row[: len(short) + 1], options), len(short) + 1)
