@@ -17,6 +17,8 @@ HTTP_PORT ?= 8080
 PRECISION ?= fp32
 DEVICE   ?= auto
 INIT_FROM ?=
+MODELS   ?=
+AVERAGE_OUT ?= runs/soup
 THREADS  ?=
 BENCH_THREADS ?= 2
 NOISY    ?=
@@ -85,8 +87,8 @@ tune-decoding: install  ## choose $(MODEL)'s length penalty and no-repeat n-gram
 cooldown: install  ## fork $(RUN_DIR) at FORK_FROM (its newest checkpoint) into $(RUN_DIR)-cooldown; lr to 0 over COOLDOWN_STEPS
 	$(PY) -m training.train --config $(CONFIG) --run-dir $(RUN_DIR)-cooldown --fork-from $(FORK_FROM) --cooldown-steps $(COOLDOWN_STEPS)
 
-average: install  ## average the last checkpoints of $(RUN_DIR) into $(RUN_DIR)/averaged
-	$(PY) -m training.average --run-dir $(RUN_DIR)
+average: install  ## average the last checkpoints of $(RUN_DIR) into $(RUN_DIR)/averaged; MODELS="DIR ..." AVERAGE_OUT=DIR: a soup of runs
+	$(PY) -m training.average $(if $(MODELS),--models $(MODELS) --out $(AVERAGE_OUT),--run-dir $(RUN_DIR))
 
 release: install  ## publish RELEASE_FROM (default $(RUN_DIR)/best) as models/default, fp16 weights
 	$(PY) -m training.release --model $(RELEASE_FROM) --out models/default --run-dir $(RUN_DIR)

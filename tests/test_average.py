@@ -66,3 +66,13 @@ def test_cli_averages_the_last_checkpoints_of_a_run(fixture_model_dir, tmp_path)
     assert out == tmp_path / "run" / "averaged"
     averaged_from = json.loads((out / "metadata.json").read_text())["averaged_from"]
     assert [p.rsplit("/", 1)[-1] for p in averaged_from] == ["step-00000200", "step-00000300"]
+
+
+def test_cli_averages_model_directories_of_different_runs(fixture_model_dir, tmp_path):
+    other = save_random_model(tmp_path / "other", fixture_model_dir, seed=2)
+    out = main(["--models", str(fixture_model_dir), str(other), "--out", str(tmp_path / "soup")])
+    first, second, soup = weights(fixture_model_dir), weights(other), weights(out)
+    for name, tensor in soup.items():
+        torch.testing.assert_close(tensor, (first[name] + second[name]) / 2)
+    with pytest.raises(SystemExit):
+        main(["--models", str(fixture_model_dir), str(other)])  # where to write is not guessed

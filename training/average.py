@@ -1,7 +1,10 @@
 """Checkpoint averaging: the element-wise mean of the last few checkpoints' weights, usually worth a little BLEU.
 
     python -m training.average --run-dir runs/release [--last 5] [--out runs/release/averaged]
+    python -m training.average --models runs/a/best runs/b/best --out runs/soup
 
+The second form averages model directories of different runs that started from the same weights (a "model
+soup", Wortsman et al., 2022): fine-tuned copies of one model stay close enough in weight space to average.
 A run directory holds ``checkpoints/step-00001234/`` model directories (plus training state, ignored here)
 and ``best/``. The mean is taken in fp32 over checkpoints that share one config and one tokenizer: weights
 of different shapes cannot be averaged, and weights over different vocabularies must not be.
@@ -49,17 +52,25 @@ def average_checkpoints(model_dirs: Sequence[str | Path], out_dir: str | Path) -
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--run-dir", type=Path, required=True, help="training run holding checkpoints/step-*/")
-    parser.add_argument("--last", type=int, default=DEFAULT_LAST, help="average the N checkpoints with the highest steps")
-    parser.add_argument("--out", type=Path, help="output model directory (default: RUN_DIR/averaged)")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--run-dir", type=Path, help="training run holding checkpoints/step-*/")
+    source.add_argument("--models", type=Path, nargs="+", help="model directories of runs that share a start")
+    parser.add_argument("--last", type=int, default=DEFAULT_LAST, help="with --run-dir: average the N checkpoints with the highest steps")
+    parser.add_argument("--out", type=Path, help="output model directory (default: RUN_DIR/averaged; needed with --models)")
     args = parser.parse_args(argv)
     if args.last < 1:
         parser.error("--last must be at least 1")
+    if args.models and args.out is None:
+        parser.error("--models needs --out")
     return args
 
 
 def main(argv: Sequence[str] | None = None) -> Path:
     args = parse_args(argv)
+    if args.models:
+        out_dir = average_checkpoints(args.models, args.out)
+        print(f"averaged {len(args.models)} models into {out_dir}")
+        return out_dir
     checkpoints = checkpoint_dirs(args.run_dir)[-args.last :]
     if not checkpoints:
         raise SystemExit(f"no checkpoints under {args.run_dir / 'checkpoints'} (expected step-NNNNNNNN/ model directories)")
