@@ -115,11 +115,12 @@ def _read_extended(path: Path, data_dir: str) -> dict:
     if base_name is None:
         return raw
     base = _read_extended(path.parent / base_name, data_dir)
-    merged = {key: {**base[key], **value} if isinstance(value, dict) and isinstance(base.get(key), dict) else value
-              for key, value in raw.items()}
-    corpora = {split: _merge_corpora(base.get("corpora", {}).get(split, []), raw.get("corpora", {}).get(split, []))
-               for split in ("train", "dev", "test")}
-    return {**base, **merged, "corpora": corpora}
+    corpora = raw.pop("corpora", {})
+    sections = {key: {**base[key], **value} if isinstance(value, dict) and isinstance(base.get(key), dict) else value
+                for key, value in raw.items()}
+    merged_corpora = {split: _merge_corpora(base.get("corpora", {}).get(split, []), corpora.get(split, []))
+                      for split in ("train", "dev", "test")}
+    return {**base, **sections, "corpora": merged_corpora}
 
 
 def _merge_corpora(base: list[dict], extra: list[dict]) -> list[dict]:
