@@ -64,3 +64,10 @@ def test_cli_prints_a_markdown_table(recipe, tmp_path, capsys):
     table = capsys.readouterr().out.splitlines()
     assert table[0] == "| set | direction | metric | sentences | eval | eval (Δ, p) |"
     assert table[2].startswith(f"| dev | ko-en | bleu | {len(references)} |") and "100.00 (+" in table[2]
+
+
+def test_cli_names_a_missing_report(recipe, tmp_path, capsys):
+    base = write_report(tmp_path / "base", recipe, [en for _, en in fixture_pairs()])
+    with pytest.raises(SystemExit):
+        main([str(base), str(tmp_path / "absent.json")])
+    assert f"no such report: {tmp_path / 'absent.json'}" in capsys.readouterr().err

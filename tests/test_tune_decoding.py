@@ -36,6 +36,12 @@ def test_best_prefers_the_objective_then_fewer_loops_then_the_earlier_setting():
     assert best([*trials, Trial(Setting(1.4, 0), 10.5, 9, [])]).setting == Setting(1.4, 0)
 
 
+def test_a_tolerance_trades_a_little_of_the_objective_for_fewer_loops():
+    trials = [Trial(Setting(1.0, 0), 20.49, 28, []), Trial(Setting(1.0, 3), 20.30, 0, []), Trial(Setting(1.0, 4), 20.46, 4, [])]
+    assert best(trials, tolerance=0.1).setting == Setting(1.0, 4)  # 20.30 is beyond the tolerance
+    assert best(trials, tolerance=0.0).setting == Setting(1.0, 0)
+
+
 def test_a_model_without_tuned_defaults_decodes_with_the_library_defaults(fixture_translator):
     assert fixture_translator.default_options() == SearchOptions()
 

@@ -106,6 +106,9 @@ def main(argv: Sequence[str] | None = None) -> list[Comparison]:
     args = parser.parse_args(argv)
     if len(args.reports) < 2:
         parser.error("give a baseline report and at least one to compare with it")
+    missing = [str(path) for path in args.reports if not path.is_file()]
+    if missing:
+        parser.error(f"no such report: {', '.join(missing)}")
     named = [(path.stem, load_report(path)) for path in args.reports]
     comparisons = compare(named, args.test, args.samples)
     if not comparisons:

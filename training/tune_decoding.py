@@ -66,18 +66,27 @@ def run_trial(translator: Translator, sets, directions, setting: Setting, beam_s
     return Trial(setting, round(objective, 3), loops, results)
 
 
-def best(trials: Sequence[Trial]) -> Trial:
-    """Highest objective; among equal ones the fewest loops, then the earliest (the grid lists defaults first)."""
-    return max(trials, key=lambda t: (t.objective, -t.loops))
+LOOP_TOLERANCE = 0.1  # mean metric points: far below what 300 dev lines per set can tell apart
+
+
+def best(trials: Sequence[Trial], tolerance: float = 0.0) -> Trial:
+    """Fewest loops among the trials within ``tolerance`` of the highest objective, then the highest objective,
+    then the earliest (the grid lists defaults first): a looping output is a visible failure, and a difference in
+    the mean below the noise of the dev sets is not a reason to keep it."""
+    top = max(t.objective for t in trials)
+    contenders = [t for t in trials if t.objective >= top - tolerance]
+    return max(contenders, key=lambda t: (-t.loops, t.objective))
 
 
 BASELINE = Setting(SearchOptions.length_penalty, SearchOptions.no_repeat_ngram_size)
 
 
 def tune(translator: Translator, sets, directions, length_penalties: Sequence[float], ngram_sizes: Sequence[int],
-         beam_size: int, limit: int | None, report=print) -> tuple[Trial, Trial, list[Trial]]:
+         beam_size: int, limit: int | None, tolerance: float = LOOP_TOLERANCE,
+         report=print) -> tuple[Trial, Trial, list[Trial]]:
     """(chosen, baseline, all trials): the library defaults first, α over ``length_penalties`` with repeats
-    allowed, then the n-gram size at the best α. Ties keep the earlier setting, so the defaults stay unless beaten."""
+    allowed, then the n-gram size at the best α, each by :func:`best` with ``tolerance``. Ties keep the earlier
+    setting, so the defaults stay unless beaten."""
     trials: list[Trial] = []
 
     def trial(setting: Setting) -> Trial:
@@ -90,8 +99,8 @@ def tune(translator: Translator, sets, directions, length_penalties: Sequence[fl
         return done
 
     baseline = trial(BASELINE)
-    alpha = best([baseline, *(trial(Setting(a, 0)) for a in length_penalties)]).setting.length_penalty
-    chosen = best([trial(Setting(alpha, n)) for n in [0, *ngram_sizes]])
+    alpha = best([baseline, *(trial(Setting(a, 0)) for a in length_penalties)], tolerance).setting.length_penalty
+    chosen = best([trial(Setting(alpha, n)) for n in [0, *ngram_sizes]], tolerance)
     return chosen, baseline, trials
 
 
@@ -127,6 +136,8 @@ def main(argv: Sequence[str] | None = None) -> Setting:
                         help="α values to try besides the library default (default: 0.6,0.8,1.2,1.4)")
     parser.add_argument("--no-repeat-ngram-sizes", type=parse_ints, default=[3, 4],
                         help="n-gram sizes to try at the best α, besides 0 (repeats allowed) (default: 3,4)")
+    parser.add_argument("--loop-tolerance", type=float, default=LOOP_TOLERANCE,
+                        help="give up this much of the objective for fewer looping outputs (default: %(default)s)")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--write", action="store_true", help="store the choice in the model's metadata.json")
     args = parser.parse_args(argv)
@@ -138,8 +149,8 @@ def main(argv: Sequence[str] | None = None) -> Setting:
     sets = evaluation_sets(recipe, dev_names)
     translator = Translator.load(args.model, args.device)
     chosen, baseline, trials = tune(translator, sets, recipe.directions, args.length_penalties,
-                                    args.no_repeat_ngram_sizes, args.beam_size, args.limit)
-    report = {"sets": dev_names, "limit": args.limit, "beam_size": args.beam_size,
+                                    args.no_repeat_ngram_sizes, args.beam_size, args.limit, args.loop_tolerance)
+    report = {"sets": dev_names, "limit": args.limit, "beam_size": args.beam_size, "loop_tolerance": args.loop_tolerance,
               "chosen": vars(chosen.setting), "trials": [{**vars(t.setting), "objective": t.objective, "loops": t.loops,
                                                           "results": t.results} for t in trials]}
     (args.model / "decoding.json").write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
