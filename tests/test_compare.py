@@ -71,3 +71,12 @@ def test_cli_names_a_missing_report(recipe, tmp_path, capsys):
     with pytest.raises(SystemExit):
         main([str(base), str(tmp_path / "absent.json")])
     assert f"no such report: {tmp_path / 'absent.json'}" in capsys.readouterr().err
+
+
+def test_cli_names_a_report_whose_hypotheses_are_gone(recipe, tmp_path, capsys):
+    references = [en for _, en in fixture_pairs()]
+    base, fixed = write_report(tmp_path / "base", recipe, damaged(references)), write_report(tmp_path / "fixed", recipe, references)
+    (tmp_path / "fixed" / "dev.ko-en.hyp").unlink()  # a report copied without its hypotheses folder
+    with pytest.raises(SystemExit):
+        main([str(base), str(fixed)])
+    assert f"evaluation file {tmp_path / 'fixed' / 'dev.ko-en.hyp'} does not exist" in capsys.readouterr().err

@@ -42,6 +42,15 @@ def test_a_tolerance_trades_a_little_of_the_objective_for_fewer_loops():
     assert best(trials, tolerance=0.0).setting == Setting(1.0, 0)
 
 
+def test_the_length_penalty_is_chosen_by_the_objective_and_the_ngram_ban_by_loops_too(monkeypatch):
+    """Release v5's grid: α 1.2 wins by 0.07 with one loop more, which the n-gram ban at that α then removes."""
+    grid = {Setting(1.0, 0): (20.74, 24), Setting(1.2, 0): (20.81, 25), Setting(1.2, 4): (20.78, 2), Setting(1.0, 4): (20.77, 2)}
+    monkeypatch.setattr(tune_decoding, "run_trial", lambda *args: Trial(args[3], *grid[args[3]], []))
+    chosen, baseline, trials = tune_decoding.tune(None, [], [], [1.2], [4], 4, None, tolerance=0.1, report=lambda _: None)
+    assert [t.setting for t in trials] == [Setting(1.0, 0), Setting(1.2, 0), Setting(1.2, 4)]
+    assert chosen.setting == Setting(1.2, 4) and baseline.setting == Setting(1.0, 0)
+
+
 def test_a_model_without_tuned_defaults_decodes_with_the_library_defaults(fixture_translator):
     assert fixture_translator.default_options() == SearchOptions()
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from sacrebleu.metrics import CHRF
 from sacrebleu.significance import PairedTest
 
-from training.evaluate import bleu_metric, evaluation_sets, read_lines, read_parallel
+from training.evaluate import EvaluationError, bleu_metric, evaluation_sets, read_lines, read_parallel
 from training.recipe import load_recipe
 
 
@@ -110,7 +110,10 @@ def main(argv: Sequence[str] | None = None) -> list[Comparison]:
     if missing:
         parser.error(f"no such report: {', '.join(missing)}")
     named = [(path.stem, load_report(path)) for path in args.reports]
-    comparisons = compare(named, args.test, args.samples)
+    try:
+        comparisons = compare(named, args.test, args.samples)
+    except (EvaluationError, ValueError) as error:  # a report whose hypotheses did not travel with it; unequal limits
+        parser.error(str(error))
     if not comparisons:
         raise SystemExit("error: the reports have no set and direction in common")
     print(markdown_table(comparisons, named[0][0]))

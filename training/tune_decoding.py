@@ -85,8 +85,9 @@ def tune(translator: Translator, sets, directions, length_penalties: Sequence[fl
          beam_size: int, limit: int | None, tolerance: float = LOOP_TOLERANCE,
          report=print) -> tuple[Trial, Trial, list[Trial]]:
     """(chosen, baseline, all trials): the library defaults first, α over ``length_penalties`` with repeats
-    allowed, then the n-gram size at the best α, each by :func:`best` with ``tolerance``. Ties keep the earlier
-    setting, so the defaults stay unless beaten."""
+    allowed, by the objective alone (the loops there are what the n-gram stage is for, so they must not pick α),
+    then the n-gram size at that α by :func:`best` with ``tolerance``. Ties keep the earlier setting, so the
+    defaults stay unless beaten."""
     trials: list[Trial] = []
 
     def trial(setting: Setting) -> Trial:
@@ -99,7 +100,7 @@ def tune(translator: Translator, sets, directions, length_penalties: Sequence[fl
         return done
 
     baseline = trial(BASELINE)
-    alpha = best([baseline, *(trial(Setting(a, 0)) for a in length_penalties)], tolerance).setting.length_penalty
+    alpha = best([baseline, *(trial(Setting(a, 0)) for a in length_penalties)]).setting.length_penalty
     chosen = best([trial(Setting(alpha, n)) for n in [0, *ngram_sizes]], tolerance)
     return chosen, baseline, trials
 
