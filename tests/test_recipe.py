@@ -4,7 +4,11 @@ from pathlib import Path
 
 import pytest
 
+from nmt.model import ModelConfig
+from nmt.tokenizer import TokenizerConfig
+from training.clean import CleaningConfig
 from training.recipe import CorpusSpec, load_recipe
+from training.trainer import TrainingConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -20,6 +24,27 @@ def test_release_bt_is_the_release_recipe_plus_tagged_synthetic_corpora(monkeypa
     assert all(extended.resolve(spec) == Path(spec.path) and spec.path.startswith("runs/bt/") for spec in added)
     for section in ("directions", "dev", "test", "cleaning", "tokenizer", "model", "training", "seed"):
         assert getattr(extended, section) == getattr(release, section), section
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "configs").rglob("*.yaml")), ids=lambda p: p.stem)
+def test_every_committed_recipe_builds_its_configs(path):
+    """A misspelt key in any recipe fails here, not an hour into ``make data`` or ``make train``."""
+    recipe = load_recipe(path, data_dir="/data")
+    CleaningConfig(**recipe.cleaning)
+    TokenizerConfig(**recipe.tokenizer)
+    ModelConfig(vocab_size=8001, **recipe.model)
+    TrainingConfig(**recipe.training)
+    assert recipe.dev, f"{path.name} selects on no dev set"
+
+
+def test_the_korsts_mt_arm_trains_ko_en_only_from_its_tagged_machine_translated_korean():
+    control = load_recipe(ROOT / "configs" / "release-v4.yaml", data_dir="/data")
+    arm = load_recipe(ROOT / "configs" / "ablation" / "korsts-mt.yaml", data_dir="/data")
+    assert arm.train[:-1] == control.train
+    added = arm.train[-1]
+    assert (added.path, added.synthetic, added.tagged) == ("korsts-train-mt/train", "ko", True)
+    assert added.directions(arm.directions) == [("ko", "en")]
+    assert (arm.model, arm.training, arm.dev) == (control.model, control.training, control.dev)
 
 
 def test_bt_dir_picks_the_round_of_back_translated_corpora(monkeypatch):
