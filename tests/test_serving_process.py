@@ -91,7 +91,8 @@ def test_sigterm_lets_in_flight_requests_finish_and_exits_0(server_process, fixt
         assert first.result().translation == " ".join([EXPECTED[0]] * 200)
         assert [future.result().translation for future in in_flight] == EXPECTED
     assert process.wait(TIMEOUT) == 0
-    assert wait_for_log_line(process, log, "shutting down")["queued"] == queued
+    # The worker may take a queued request between the last metrics read and the signal, never add one.
+    assert 1 <= wait_for_log_line(process, log, "shutting down")["queued"] <= queued
 
 
 def test_a_missing_model_stops_the_server_with_a_clear_error(server_process, tmp_path):
