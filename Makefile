@@ -19,6 +19,9 @@ DEVICE   ?= auto
 INIT_FROM ?=
 MODELS   ?=
 AVERAGE_OUT ?= runs/soup
+ENCODER_LAYERS ?=
+DECODER_LAYERS ?=
+GROW_OUT ?= runs/grown/$(notdir $(MODEL))
 THREADS  ?=
 BENCH_THREADS ?= 2
 NOISY    ?=
@@ -38,7 +41,7 @@ BT_SEARCH ?= beam
 BT_THREADS ?= 2
 export DATA_DIR BT_DIR HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1
 
-.PHONY: help install proto test data train cooldown backtranslate eval compare average release serve translate plot-attention bench bench-decode bench-serve bench-train bench-profile bench-kernel-cache bench-continuous soak tune-decoding gpu-carry gpu-check clean
+.PHONY: help install proto test data train cooldown backtranslate eval compare average grow release serve translate plot-attention bench bench-decode bench-serve bench-train bench-profile bench-kernel-cache bench-continuous soak tune-decoding gpu-carry gpu-check clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -89,6 +92,9 @@ cooldown: install  ## fork $(RUN_DIR) at FORK_FROM (its newest checkpoint) into 
 
 average: install  ## average the last checkpoints of $(RUN_DIR) into $(RUN_DIR)/averaged; MODELS="DIR ..." AVERAGE_OUT=DIR: a soup of runs
 	$(PY) -m training.average $(if $(MODELS),--models $(MODELS) --out $(AVERAGE_OUT),--run-dir $(RUN_DIR))
+
+grow: install  ## $(MODEL) deepened to ENCODER_LAYERS / DECODER_LAYERS with silent new layers (translates as before) into GROW_OUT, to warm-start a deeper recipe
+	$(PY) -m training.grow --model $(MODEL) --out $(GROW_OUT) $(if $(ENCODER_LAYERS),--encoder-layers $(ENCODER_LAYERS)) $(if $(DECODER_LAYERS),--decoder-layers $(DECODER_LAYERS))
 
 release: install  ## publish RELEASE_FROM (default $(RUN_DIR)/best) as models/default, fp16 weights
 	$(PY) -m training.release --model $(RELEASE_FROM) --out models/default --run-dir $(RUN_DIR)

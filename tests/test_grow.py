@@ -1,0 +1,94 @@
+"""training.grow: a deepened model computes what the original did, and its new layers can learn."""
+
+import json
+
+import pytest
+import torch
+from fixture_model import tiny_config
+
+from nmt.checkpoint import load_model
+from nmt.model import Transformer
+from training.grow import GrowthError, copied_layers, grow, main
+
+
+def random_batch(vocab_size: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(seed)
+    source = torch.randint(4, vocab_size, (3, 7), generator=generator)
+    source[0, 5:] = 0  # padding, so the masks take part
+    return source, torch.randint(4, vocab_size, (3, 5), generator=generator)
+
+
+def trained_like_model(**overrides) -> Transformer:
+    """A model whose every weight is random and non-zero, so that a silent copy really has something to silence."""
+    torch.manual_seed(0)
+    model = Transformer(tiny_config(64, **overrides))
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.normal_(0, 0.2)
+    return model.eval()
+
+
+def test_copies_spread_over_the_stack():
+    assert copied_layers(6, 4) == {0: 1, 2: 1, 3: 1, 5: 1}
+    assert copied_layers(3, 3) == {0: 1, 1: 1, 2: 1}
+    assert copied_layers(2, 5) == {0: 2, 1: 3}
+    assert sum(copied_layers(6, 0).values()) == 0
+
+
+def test_grown_model_computes_the_same_logits_and_greedy_steps():
+    model = trained_like_model()
+    grown = grow(model, encoder_layers=5, decoder_layers=4).eval()
+    assert (len(grown.encoder_layers), len(grown.decoder_layers)) == (5, 4)
+    assert (grown.config.encoder_layers, grown.config.decoder_layers) == (5, 4)
+    source, target = random_batch(model.config.vocab_size)
+    with torch.no_grad():
+        torch.testing.assert_close(grown(source, target), model(source, target))
+        # the incremental path (key/value caches, one cache per layer) agrees too
+        caches = [m.start_cache(*m.encode(source)) for m in (model, grown)]
+        for token in target.T:
+            before, after = (m.decode_step(token, cache)[0] for m, cache in zip((model, grown), caches))
+            torch.testing.assert_close(after, before)
+    assert (len(model.encoder_layers), model.config.encoder_layers) == (2, 2)  # the original is left as it was
+
+
+def test_new_layers_learn_and_the_original_layers_are_shared_by_value_only():
+    model = trained_like_model()
+    grown = grow(model, encoder_layers=4, decoder_layers=2).train()  # layers 0, copy, 1, copy
+    new_layer = grown.encoder_layers[1]  # the copy of layer 0
+    assert not new_layer.ffn.down.weight.any() and not new_layer.self_attn.out_proj.bias.any()
+    torch.testing.assert_close(new_layer.ffn.up.weight, grown.encoder_layers[0].ffn.up.weight)
+    source, target = random_batch(model.config.vocab_size, seed=1)
+    grown(source, target).logsumexp(-1).mean().backward()
+    assert new_layer.ffn.down.weight.grad.abs().sum() > 0 and new_layer.self_attn.out_proj.weight.grad.abs().sum() > 0
+    assert model.encoder_layers[0].ffn.up.weight.grad is None  # no parameter is shared with the original
+
+
+def test_post_norm_and_shrinking_are_refused():
+    with pytest.raises(GrowthError, match="pre-norm"):
+        grow(trained_like_model(pre_norm=False), encoder_layers=3, decoder_layers=2)
+    with pytest.raises(GrowthError, match="cannot shrink"):
+        grow(trained_like_model(), encoder_layers=1, decoder_layers=2)
+
+
+def test_cli_writes_a_model_directory_that_translates_as_before(fixture_model_dir, fixture_translator, tmp_path, capsys):
+    from nmt.search import SearchOptions
+    from nmt.translator import Translator
+
+    original = load_model(fixture_model_dir).model.config
+    main(["--model", str(fixture_model_dir), "--out", str(tmp_path / "grown"), "--decoder-layers", str(original.decoder_layers + 2)])
+    assert "parameters" in capsys.readouterr().out
+    grown = load_model(tmp_path / "grown")
+    assert grown.model.config.encoder_layers == original.encoder_layers
+    assert grown.model.config.decoder_layers == original.decoder_layers + 2
+    metadata = json.loads((tmp_path / "grown" / "metadata.json").read_text())
+    assert metadata["grown_from"]["decoder_layers"] == original.decoder_layers
+    sentences, options = ["나는 학생입니다.", "그는 의사입니다."], SearchOptions(beam_size=2)
+    expected = [t.text for t in fixture_translator.translate(sentences, "ko", "en", options)]
+    grown_translator = Translator(grown.model, grown.tokenizer, grown.metadata)
+    assert [t.text for t in grown_translator.translate(sentences, "ko", "en", options)] == expected
+
+
+def test_cli_reports_a_model_that_cannot_grow(fixture_model_dir, tmp_path):
+    with pytest.raises(SystemExit, match="cannot shrink"):
+        main(["--model", str(fixture_model_dir), "--out", str(tmp_path / "grown"), "--encoder-layers", "1"])
+    assert not (tmp_path / "grown").exists()

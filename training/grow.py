@@ -1,0 +1,96 @@
+"""Function-preserving deepening: a trained model with more layers that translates exactly as it did.
+
+    python -m training.grow --model models/default --encoder-layers 10 --out runs/grown/enc10
+    python -m training.train --config RECIPE --run-dir RUN --init-from runs/grown/enc10   # RECIPE: 10 encoder layers
+
+A small model trained for days is a better start for a larger one than random weights. Each new layer is a copy of
+an existing one with its output projections (every attention's W_O and the feed-forward W₂, weights and biases)
+set to zero. A pre-norm sub-layer adds f(LayerNorm(x)) to the residual stream x, so the copy adds nothing until
+training moves those weights, and the grown model's outputs equal the original's (the identity layers of Net2Net,
+Chen et al., 2016). The copy sits right after the layer it duplicates, as in progressive stacking (Gong et al.,
+2019), so its attention and W₁ already compute features of the right depth when W_O and W₂ start to move.
+A post-norm layer normalises after the residual sum, so no copy of one is an identity: such a model cannot grow.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from nmt.attention import MultiHeadAttention
+from nmt.checkpoint import CheckpointError, load_model, save_model
+from nmt.model import FeedForward, Transformer
+
+
+class GrowthError(ValueError):
+    """A model that cannot grow to the depth asked for."""
+
+
+def silent_copy(layer: nn.Module) -> nn.Module:
+    """A copy of ``layer`` whose sub-layers output zero, so that its residual connections pass the input through."""
+    twin = copy.deepcopy(layer)
+    with torch.no_grad():
+        for module in twin.modules():
+            output = module.out_proj if isinstance(module, MultiHeadAttention) else module.down if isinstance(module, FeedForward) else None
+            if output is not None:
+                output.weight.zero_()
+                output.bias.zero_()
+    return twin
+
+
+def copied_layers(depth: int, extra: int) -> Counter[int]:
+    """How many copies each of ``depth`` layers gets: ``extra`` in all, spread evenly over the stack."""
+    return Counter(((2 * k + 1) * depth) // (2 * extra) for k in range(extra))
+
+
+def deepen(stack: nn.ModuleList, depth: int) -> nn.ModuleList:
+    """``stack`` grown to ``depth`` layers, each added one a silent copy placed after the layer it copies."""
+    if depth < len(stack):
+        raise GrowthError(f"cannot shrink a stack of {len(stack)} layers to {depth}")
+    copies = copied_layers(len(stack), depth - len(stack))
+    return nn.ModuleList(
+        module for i, layer in enumerate(stack) for module in (layer, *(silent_copy(layer) for _ in range(copies[i])))
+    )
+
+
+def grow(model: Transformer, encoder_layers: int, decoder_layers: int) -> Transformer:
+    """A copy of ``model`` with the given depths whose outputs equal ``model``'s."""
+    if not model.config.pre_norm:
+        raise GrowthError("only a pre-norm model can grow: a post-norm layer normalises its input even when it adds nothing")
+    grown = copy.deepcopy(model)
+    grown.encoder_layers = deepen(grown.encoder_layers, encoder_layers)
+    grown.decoder_layers = deepen(grown.decoder_layers, decoder_layers)
+    grown.config = replace(model.config, encoder_layers=encoder_layers, decoder_layers=decoder_layers)
+    return grown
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m training.grow", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", required=True, type=Path, help="model directory to grow, e.g. models/default")
+    parser.add_argument("--out", required=True, type=Path, help="where to write the grown model directory")
+    parser.add_argument("--encoder-layers", type=int, help="the grown encoder's depth (default: unchanged)")
+    parser.add_argument("--decoder-layers", type=int, help="the grown decoder's depth (default: unchanged)")
+    args = parser.parse_args(argv)
+    try:
+        loaded = load_model(args.model)
+        before = loaded.model.config
+        grown = grow(loaded.model, args.encoder_layers or before.encoder_layers, args.decoder_layers or before.decoder_layers)
+    except (GrowthError, CheckpointError) as error:
+        raise SystemExit(f"error: {error}") from error
+    origin = {"model": str(args.model), "encoder_layers": before.encoder_layers, "decoder_layers": before.decoder_layers}
+    save_model(args.out, grown, loaded.tokenizer, {**loaded.metadata, "grown_from": origin})
+    print(f"wrote {args.out}: {before.encoder_layers}+{before.decoder_layers} -> "
+          f"{grown.config.encoder_layers}+{grown.config.decoder_layers} layers, "
+          f"{loaded.model.num_parameters() / 1e6:.1f}M -> {grown.num_parameters() / 1e6:.1f}M parameters")
+
+
+if __name__ == "__main__":
+    main()
