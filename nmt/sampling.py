@@ -3,8 +3,8 @@
 Back-translation from sampled sources trains better forward models than from beam output once monolingual data
 is plentiful (Edunov et al., 2018, "Understanding Back-Translation at Scale"): beam search returns the regular,
 most likely sentence, sampling the variety of real translations. The rules of what may come next (no PAD, BOS or
-banned ids, EOS at the length limit, optional n-gram blocking) are :func:`nmt.search.allowed_log_probs`'s, so a
-sampled sentence obeys exactly what a searched one does.
+banned ids, no EOS before ``min_length``, EOS at the length limit, optional n-gram blocking) are
+:func:`nmt.search.allowed_log_probs`'s, so a sampled sentence obeys exactly what a searched one does.
 """
 
 from __future__ import annotations

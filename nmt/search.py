@@ -26,6 +26,7 @@ class SearchOptions:
     nbest: int = 1
     max_len_a: float = 1.5  # at most a·source_length + b target tokens (EOS included)
     max_len_b: int = 10
+    min_length: int = 1  # target tokens before EOS is allowed: a sentence never translates to nothing
     length_penalty: float = 1.0  # score = log P / length^α
     no_repeat_ngram_size: int = 0
     return_attention: bool = False
@@ -38,6 +39,8 @@ class SearchOptions:
             raise ValueError(f"nbest must be between 1 and beam_size ({self.beam_size}), got {self.nbest}")
         if self.max_len_a < 0 or self.max_len_b < 1:
             raise ValueError("max_len_a must be ≥ 0 and max_len_b ≥ 1")
+        if self.min_length < 0:
+            raise ValueError(f"min_length must be ≥ 0, got {self.min_length}")
         if self.no_repeat_ngram_size < 0:
             raise ValueError("no_repeat_ngram_size must be ≥ 0")
 
@@ -102,25 +105,32 @@ def top_k(values: Tensor, k: int, block: int = 64) -> tuple[Tensor, Tensor]:
 
 
 def best_next_tokens(
-    logits: Tensor, k: int, prefixes: Tensor, at_limit: Tensor, options: SearchOptions, special: tuple[int, int, int]
+    logits: Tensor, k: int, prefixes: Tensor, steps: Tensor, at_limit: Tensor, options: SearchOptions,
+    special: tuple[int, int, int],
 ) -> tuple[Tensor, Tensor]:
     """Each row's ``k`` most probable allowed next tokens (rows × k) and their log-probabilities."""
-    return top_k(allowed_log_probs(logits, prefixes, at_limit, options, special), k)
+    return top_k(allowed_log_probs(logits, prefixes, steps, at_limit, options, special), k)
 
 
 def allowed_log_probs(
-    logits: Tensor, prefixes: Tensor, at_limit: Tensor, options: SearchOptions, special: tuple[int, int, int]
+    logits: Tensor, prefixes: Tensor, steps: Tensor, at_limit: Tensor, options: SearchOptions,
+    special: tuple[int, int, int],
 ) -> Tensor:
     """Next-token log-probabilities (rows × vocabulary), ``-inf`` where a token is not allowed.
 
-    PAD, BOS and ``options.banned_ids`` are never predicted, nor tokens that would repeat a banned n-gram; a row at
-    its length limit may only end.
+    PAD, BOS and ``options.banned_ids`` are never predicted, nor tokens that would repeat a banned n-gram; a row
+    that has generated fewer than ``options.min_length`` tokens (``steps``) may not end, and a row at its length
+    limit may only end. Without the first rule an empty hypothesis, however improbable, can take one of the
+    ``beam_size`` finished slots that stop a sentence's search, and cut off the longer translation it was growing.
     """
     pad_id, bos_id, eos_id = special
     log_probs = logits.float().log_softmax(dim=-1)
     log_probs[:, [pad_id, bos_id, *options.banned_ids]] = float("-inf")  # one write; ids banned twice are harmless
     if options.no_repeat_ngram_size:
         log_probs.masked_fill_(banned_ngram_mask(prefixes[:, 1:], options.no_repeat_ngram_size, log_probs.size(-1)), float("-inf"))
+    too_short = (steps < options.min_length) & ~at_limit
+    if bool(too_short.any()):
+        log_probs[too_short, eos_id] = float("-inf")
     if bool(at_limit.any()):
         not_eos = torch.arange(log_probs.size(-1), device=log_probs.device) != eos_id
         log_probs.masked_fill_(at_limit[:, None] & not_eos, float("-inf"))
@@ -208,9 +218,11 @@ class BeamSearch:
         live, width, device = len(self._sentences), 2 * beam, self._prefixes.device  # 2·beam: refills the beam after EOS
         logits, step_attention = self.model.decode_step(self._prefixes[:, -1], self._cache, need_weights=options.return_attention)
         at_limit = [sentence.steps + 1 >= sentence.max_length for sentence in self._sentences]
+        steps = torch.tensor([sentence.steps for sentence in self._sentences], device=device).repeat_interleave(beam)
         # A sentence's best `width` continuations are among the best `width` of each of its beams.
         row_log_probs, row_tokens = best_next_tokens(
-            logits, width, self._prefixes, torch.tensor(at_limit, device=device).repeat_interleave(beam), options, self.special
+            logits, width, self._prefixes, steps, torch.tensor(at_limit, device=device).repeat_interleave(beam),
+            options, self.special,
         )
         if step_attention is not None:
             self._attention = append_step_attention(self._attention, step_attention)
@@ -340,7 +352,10 @@ def one_hypothesis_search(
     results: dict[int, list[Hypothesis]] = {}
     for step in range(int(max_lengths.max())):
         logits, step_attention = model.decode_step(tokens[:, -1], cache, need_weights=options.return_attention)
-        chosen, chosen_log_prob = choose(allowed_log_probs(logits, tokens, max_lengths <= step + 1, options, (pad_id, bos_id, eos_id)))
+        allowed = allowed_log_probs(
+            logits, tokens, torch.full_like(max_lengths, step), max_lengths <= step + 1, options, (pad_id, bos_id, eos_id)
+        )
+        chosen, chosen_log_prob = choose(allowed)
         log_prob += chosen_log_prob
         tokens = torch.cat([tokens, chosen[:, None]], dim=1)
         if step_attention is not None:

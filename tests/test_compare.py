@@ -46,7 +46,16 @@ def test_a_clear_gain_is_significant_and_a_change_of_errors_is_not(recipe, tmp_p
     assert comparison.metric == "bleu" and comparison.sentences == len(references)
     assert comparison.baseline == pytest.approx(reports[0][1]["results"][0]["bleu"], abs=0.01)  # rescored as evaluate did
     assert abs(other.delta) < 5 and other.p_value > 0.05  # as many errors, in other sentences
+    assert (other.changed, fixed.changed) == (len(references), len(references) // 2)  # damaged in every / every other one
     assert fixed.score == pytest.approx(100) and fixed.delta > 10 and fixed.p_value < 0.05
+
+
+def test_identical_hypotheses_are_no_evidence_of_a_difference(recipe, tmp_path):
+    hypotheses = damaged([en for _, en in fixture_pairs()])
+    reports = [(name, json.loads(write_report(tmp_path / name, recipe, hypotheses).read_text())) for name in ("base", "same")]
+    (comparison,) = compare(reports)
+    (same,) = comparison.differences
+    assert same.delta == 0 and same.p_value == 1.0 and same.changed == 0
 
 
 def test_reports_of_different_lengths_are_refused(recipe, tmp_path):
@@ -62,7 +71,7 @@ def test_cli_prints_a_markdown_table(recipe, tmp_path, capsys):
     base, fixed = write_report(tmp_path / "base", recipe, damaged(references)), write_report(tmp_path / "fixed", recipe, references)
     main([str(base), str(fixed), "--samples", "200"])
     table = capsys.readouterr().out.splitlines()
-    assert table[0] == "| set | direction | metric | sentences | eval | eval (Δ, p) |"
+    assert table[0] == "| set | direction | metric | sentences | eval | eval (Δ, p, changed) |"
     assert table[2].startswith(f"| dev | ko-en | bleu | {len(references)} |") and "100.00 (+" in table[2]
 
 

@@ -1,6 +1,7 @@
 """Greedy and beam search: agreement, exactness on the overfitted fixture, n-best, length penalty, limits."""
 
 import math
+from dataclasses import replace
 
 import pytest
 import torch
@@ -152,7 +153,8 @@ def test_banned_ngram_mask_is_per_row():
 
 @pytest.mark.parametrize(
     "settings, message",
-    [({"beam_size": 0}, "beam_size"), ({"beam_size": 2, "nbest": 3}, "nbest"), ({"max_len_b": 0}, "max_len"), ({"no_repeat_ngram_size": -1}, "no_repeat")],
+    [({"beam_size": 0}, "beam_size"), ({"beam_size": 2, "nbest": 3}, "nbest"), ({"max_len_b": 0}, "max_len"), ({"min_length": -1}, "min_length"),
+     ({"no_repeat_ngram_size": -1}, "no_repeat")],
 )
 def test_invalid_options_are_refused(settings, message):
     with pytest.raises(ValueError, match=message):
@@ -162,7 +164,31 @@ def test_invalid_options_are_refused(settings, message):
 def test_pad_bos_and_banned_ids_are_never_allowed():
     logits = torch.zeros(2, 10)
     special = (0, 1, 2)  # PAD, BOS, EOS
-    allowed = allowed_log_probs(logits, torch.ones(2, 1, dtype=torch.long), torch.tensor([False, True]),
+    allowed = allowed_log_probs(logits, torch.ones(2, 1, dtype=torch.long), torch.tensor([1, 0]), torch.tensor([False, True]),
                                 SearchOptions(banned_ids=(7, 1)), special)
     assert torch.isinf(allowed[0]).nonzero().flatten().tolist() == [0, 1, 7]
-    assert torch.isfinite(allowed[1]).nonzero().flatten().tolist() == [2]  # at its length limit: only EOS
+    assert torch.isfinite(allowed[1]).nonzero().flatten().tolist() == [2]  # at its length limit: only EOS, however short
+
+
+def test_eos_waits_for_min_length():
+    special = (0, 1, 2)  # PAD, BOS, EOS
+    steps, no_limit = torch.tensor([0, 1, 2]), torch.zeros(3, dtype=torch.bool)
+    allowed = allowed_log_probs(torch.zeros(3, 10), torch.ones(3, 1, dtype=torch.long), steps, no_limit, SearchOptions(min_length=2), special)
+    assert torch.isinf(allowed[:, 2]).tolist() == [True, True, False]
+
+
+@GREEDY_AND_BEAM
+def test_a_sentence_never_translates_to_nothing_by_default(beam_size):
+    model, source = markov_model({BOS: {EOS: 0.9, 4: 0.1}}), torch.tensor([[8, EOS]])
+    assert search(model, source, BOS, EOS, SearchOptions(beam_size=beam_size))[0][0].tokens == [4]
+    assert search(model, source, BOS, EOS, SearchOptions(beam_size=beam_size, min_length=0))[0][0].tokens == []
+
+
+def test_an_empty_hypothesis_does_not_take_a_finished_slot():
+    """Beam 2 stops a sentence at 2 finished hypotheses. Were EOS allowed first, the empty one would be the first,
+    "4" the second, and the better "4 6 7" (the same probability over more tokens) would be cut off."""
+    model = markov_model({BOS: {4: 0.7, EOS: 0.2, 5: 0.1}, 4: {EOS: 0.5, 6: 0.5}, 6: {7: 1.0}, 7: {EOS: 1.0}})
+    source, options = torch.tensor([[8, EOS]]), SearchOptions(beam_size=2, nbest=2, length_penalty=1.0)
+    cut_off = beam_search(model, source, BOS, EOS, replace(options, min_length=0))[0]
+    assert [h.tokens for h in cut_off] == [[4], []]
+    assert [h.tokens for h in beam_search(model, source, BOS, EOS, options)[0]] == [[4, 6, 7], [4]]

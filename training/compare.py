@@ -8,6 +8,10 @@ into English, chrF into Korean) and its BLEU tokenisation, through sacrebleu's p
 randomisation by default (Riezler and Maxwell, 2005), paired bootstrap resampling with ``--test bs`` (Koehn,
 2004). A p-value under 0.05 says a difference this large rarely comes from which sentences happen to be in the
 set. The reports must score the same sentences (the same ``--limit``).
+
+The table also counts the sentences each system translates differently from the baseline. sacrebleu's
+randomisation test (after multeval) counts only shuffles that beat the real difference, never those that tie it,
+so a change confined to a few sentences comes out "significant" however small; identical hypotheses get p = 1.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ class Difference:
     score: float
     delta: float  # against the baseline
     p_value: float
+    changed: int  # sentences whose hypothesis is not the baseline's: a p-value over a handful says little
 
 
 @dataclass
@@ -73,10 +78,15 @@ def compare(reports: Sequence[tuple[str, dict]], test: str = "ar", samples: int 
         _, scores = PairedTest(systems, {metric: scorer}, [references], test_type=test, n_samples=samples)()
         (base, *others), = (column for name, column in scores.items() if name != "System")  # keyed "BLEU" or "chrF2"
         comparisons.append(Comparison(set_name, direction, metric, len(references), base.score, [
-            Difference(name, result.score, result.score - base.score, result.p_value)
-            for (name, _), result in zip(systems[1:], others)
+            difference(name, result, base.score, hypotheses, systems[0][1]) for (name, hypotheses), result in zip(systems[1:], others)
         ]))
     return comparisons
+
+
+def difference(name: str, result, baseline_score: float, hypotheses: list[str], baseline_hypotheses: list[str]) -> Difference:
+    """The system against the baseline; identical hypotheses get p = 1, not sacrebleu's 1/(samples + 1)."""
+    changed = sum(h != b for h, b in zip(hypotheses, baseline_hypotheses))
+    return Difference(name, result.score, result.score - baseline_score, result.p_value if changed else 1.0, changed)
 
 
 def _bleu_tokenizer(signature: str) -> str:
@@ -89,10 +99,10 @@ def _bleu_tokenizer(signature: str) -> str:
 
 def markdown_table(comparisons: Sequence[Comparison], baseline: str) -> str:
     systems = [d.system for d in comparisons[0].differences] if comparisons else []
-    header = ["set", "direction", "metric", "sentences", baseline, *(f"{name} (Δ, p)" for name in systems)]
+    header = ["set", "direction", "metric", "sentences", baseline, *(f"{name} (Δ, p, changed)" for name in systems)]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for c in comparisons:
-        cells = [f"{d.score:.2f} ({d.delta:+.2f}, {d.p_value:.3f})" for d in c.differences]
+        cells = [f"{d.score:.2f} ({d.delta:+.2f}, {d.p_value:.3f}, {d.changed})" for d in c.differences]
         lines.append("| " + " | ".join([c.set, c.direction, c.metric, str(c.sentences), f"{c.baseline:.2f}", *cells]) + " |")
     return "\n".join(lines)
 
