@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sacrebleu.metrics import CHRF
-from sacrebleu.significance import PairedTest
+from sacrebleu.significance import PairedTest, Result
 
 from training.evaluate import EvaluationError, bleu_metric, evaluation_sets, read_lines, read_parallel
 from training.recipe import load_recipe
@@ -83,7 +83,7 @@ def compare(reports: Sequence[tuple[str, dict]], test: str = "ar", samples: int 
     return comparisons
 
 
-def difference(name: str, result, baseline_score: float, hypotheses: list[str], baseline_hypotheses: list[str]) -> Difference:
+def difference(name: str, result: Result, baseline_score: float, hypotheses: list[str], baseline_hypotheses: list[str]) -> Difference:
     """The system against the baseline; identical hypotheses get p = 1, not sacrebleu's 1/(samples + 1)."""
     changed = sum(h != b for h, b in zip(hypotheses, baseline_hypotheses))
     return Difference(name, result.score, result.score - baseline_score, result.p_value if changed else 1.0, changed)
