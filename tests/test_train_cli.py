@@ -131,6 +131,15 @@ def test_a_cooldown_fork_decays_to_zero_and_leaves_the_source_run_alone(prepared
     assert other.returncode != 0 and "was forked at step 20, not 10" in other.stderr
 
 
+def test_a_cooldown_runs_past_the_recipes_max_steps(prepared, tmp_path):
+    """A recipe that stops its run at max_steps can still cool that last checkpoint down."""
+    source = fresh_copy(prepared, tmp_path / "source")
+    assert "stopped at step 40" in run(*train_command(source)).stdout  # the tiny recipe's max_steps
+    result = run(*train_command(tmp_path / "cooled", "--fork-from", str(source / "checkpoints" / "step-00000040"),
+                                "--cooldown-steps", "5"))
+    assert "resumed at step 40" in result.stdout and "stopped at step 45" in result.stdout
+
+
 def dev_nll(run_dir: Path) -> float:
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     return [r for r in records if r["kind"] == "dev"][-1]["dev_nll"]

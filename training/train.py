@@ -101,6 +101,8 @@ def main(argv: list[str] | None = None) -> None:
             dist.broadcast_object_list(shared, src=0)
             fork_step = shared[0]
         if args.cooldown_steps:
+            # The recipe's max_steps ends its main run; a cooldown of that run's last step still runs its own steps.
+            overrides = {"max_steps": fork_step + args.cooldown_steps} | overrides
             overrides |= {"cooldown_start": fork_step, "cooldown_steps": args.cooldown_steps}
     config = TrainingConfig(**{**recipe.training, **overrides, **({"progress_bar": False} if args.no_progress_bar else {})})
     torch.manual_seed(config.seed)
