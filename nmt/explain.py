@@ -94,7 +94,7 @@ def explain(translator: Translator, text: str, source_lang: str, target_lang: st
             options: SearchOptions | None = None) -> Explanation:
     """Translate ``text`` and record every attention map of each sentence's best hypothesis."""
     translator.check_pair(source_lang, target_lang)
-    options = options or translator.default_options()
+    options = options or translator.default_options(source_lang, target_lang)
     sentences = split_sentences(text)
     hypotheses = translator.translate_sentences(sentences, target_lang, options)
     translation = translator.join_sentences(sentences, hypotheses, target_lang, options)

@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         translator = Translator.load(args.model, device=args.device)
-        explanation = explain(translator, args.text, args.source_lang, args.target_lang, translator.default_options(beam_size=args.beam_size))
+        explanation = explain(translator, args.text, args.source_lang, args.target_lang, translator.default_options(args.source_lang, args.target_lang, beam_size=args.beam_size))
         if not explanation.sentences:
             raise ValueError("the text is empty, so there is no attention to plot")
         attention = explanation.heatmap(args.kind, args.layer, args.head)

@@ -41,8 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         translator = Translator.load(args.model, device=args.device, precision=args.precision)
-        translator.check_pair(args.source_lang, args.target_lang)
-        options = translator.default_options(beam_size=args.beam_size, **given_options(args))
+        options = translator.default_options(args.source_lang, args.target_lang, beam_size=args.beam_size, **given_options(args))
     except (ValueError, RuntimeError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

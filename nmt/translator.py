@@ -20,7 +20,8 @@ from nmt.tokenizer import Tokenizer
 
 DEFAULT_MODEL_DIR = Path(__file__).resolve().parent.parent / "models" / "default"
 # How a batch is decoded: nmt.search.search (beam or greedy), or nmt.sampling.sample with its options bound.
-# SearchOptions fields a model directory may set defaults for in metadata.json's "decoding" (training.tune_decoding).
+# SearchOptions fields a model directory may set defaults for in metadata.json's "decoding" (training.tune_decoding):
+# for every pair at its top level, and for one pair under "directions" → "ko-en", which wins.
 TUNED_OPTIONS = ("length_penalty", "no_repeat_ngram_size")
 Strategy = Callable[[Transformer, torch.Tensor, int, int, SearchOptions], list[list[Hypothesis]]]
 
@@ -36,6 +37,18 @@ def resolve_device(device: str) -> torch.device:
 
 class UnsupportedLanguagePair(ValueError):
     pass
+
+
+def tuned_defaults(decoding: dict, pairs: Sequence[tuple[str, str]]) -> dict[tuple[str, str], dict]:
+    """Each pair's tuned search options from metadata.json's ``decoding``: its own entry under ``directions``
+    over the shared top-level ones. Directions differ in what they need (a longer-favouring length penalty
+    helps chrF into Korean and costs BLEU into English on the same dev sets), so they are tuned apart."""
+    by_direction = decoding.get("directions", {})
+    return {(s, t): {**_tuned_fields(decoding), **_tuned_fields(by_direction.get(f"{s}-{t}", {}))} for s, t in pairs}
+
+
+def _tuned_fields(settings: dict) -> dict:
+    return {name: settings[name] for name in TUNED_OPTIONS if name in settings}
 
 
 @dataclass
@@ -77,8 +90,7 @@ class Translator:
         self.precision = precision
         pairs = metadata.get("language_pairs") or [[s, t] for s in tokenizer.languages for t in tokenizer.languages if s != t]
         self.language_pairs: list[tuple[str, str]] = [tuple(pair) for pair in pairs]
-        tuned = metadata.get("decoding", {})  # chosen on dev sets by training.tune_decoding
-        self.decoding_defaults = {name: tuned[name] for name in TUNED_OPTIONS if name in tuned}
+        self.decoding_defaults = tuned_defaults(metadata.get("decoding", {}), self.language_pairs)
 
     @classmethod
     def load(cls, model_dir: str | Path = DEFAULT_MODEL_DIR, device: str = "auto", **kwargs) -> Translator:
@@ -93,9 +105,10 @@ class Translator:
     def max_source_tokens(self) -> int:
         return self.model.config.max_positions // 2
 
-    def default_options(self, **overrides) -> SearchOptions:
-        """Search options with this model's tuned defaults (length penalty, n-gram ban) under ``overrides``."""
-        return SearchOptions(**{**self.decoding_defaults, **overrides})
+    def default_options(self, source_lang: str, target_lang: str, **overrides) -> SearchOptions:
+        """Search options with this model's tuned defaults for the pair (length penalty, n-gram ban) under ``overrides``."""
+        self.check_pair(source_lang, target_lang)
+        return SearchOptions(**{**self.decoding_defaults[source_lang, target_lang], **overrides})
 
     def check_pair(self, source_lang: str, target_lang: str) -> None:
         if (source_lang, target_lang) not in self.language_pairs:
@@ -107,7 +120,7 @@ class Translator:
     ) -> list[Translation]:
         """One :class:`Translation` per text, in order; empty texts give empty translations."""
         self.check_pair(source_lang, target_lang)
-        options = options or self.default_options()
+        options = options or self.default_options(source_lang, target_lang)
         sentences_per_text = [split_sentences(text) for text in texts]
         sentences = [s for group in sentences_per_text for s in group]
         hypotheses = self.translate_sentences(sentences, target_lang, options)
@@ -144,7 +157,10 @@ class Translator:
 
     def decoding_options(self, options: SearchOptions) -> SearchOptions:
         """``options`` as every search of this model needs them: the tokenizer's never-generated ids banned
-        (the ``<bt>`` tag marks synthetic training sources, so an output must never contain it)."""
+        (the ``<bt>`` tag marks synthetic training sources, so an output must never contain it). EOS cannot be
+        banned: no hypothesis could end, and the search would return none."""
+        if self.tokenizer.eos_id in options.banned_ids:
+            raise ValueError(f"banned_ids holds the end-of-sentence id {self.tokenizer.eos_id}: no translation could end")
         missing = tuple(i for i in self.tokenizer.never_generated if i not in options.banned_ids)
         return dataclasses.replace(options, banned_ids=(*options.banned_ids, *missing)) if missing else options
 

@@ -40,7 +40,7 @@ class RequestValidator:
             self.translator.check_pair(source_lang, target_lang)
         except UnsupportedLanguagePair as error:
             raise InvalidRequest(str(error)) from error
-        search_options = self.search_options(options)
+        search_options = self.search_options(options, source_lang, target_lang)
         tokens = sum(self._count_tokens(text, name, target_lang) for text, name in zip(texts, names))
         return Job(tuple(texts), source_lang, target_lang, search_options, tokens)
 
@@ -61,7 +61,7 @@ class RequestValidator:
             raise InvalidRequest(f"{name} has {total} tokens; the limit is {self.limits.max_text_tokens}")
         return total
 
-    def search_options(self, options: translator_pb2.DecodingOptions) -> SearchOptions:
+    def search_options(self, options: translator_pb2.DecodingOptions, source_lang: str, target_lang: str) -> SearchOptions:
         settings = {name: getattr(options, name) for name in _OPTIONAL_SEARCH_FIELDS if options.HasField(name)}
         for name in ("max_len_a", "length_penalty"):
             if not math.isfinite(settings.get(name, 0.0)):
@@ -70,6 +70,6 @@ class RequestValidator:
         if not 1 <= beam_size <= self.limits.max_beam_size:
             raise InvalidRequest(f"options.beam_size is {beam_size}; it must be between 1 and {self.limits.max_beam_size}")
         try:
-            return self.translator.default_options(**settings, return_attention=options.return_attention)
+            return self.translator.default_options(source_lang, target_lang, **settings, return_attention=options.return_attention)
         except ValueError as error:
             raise InvalidRequest(f"invalid options: {error}") from error

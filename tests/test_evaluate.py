@@ -69,7 +69,7 @@ def test_cli_reports_every_set_and_direction(tiny_recipe, fixture_model_dir, tmp
 
     report = json.loads(out.read_text(encoding="utf-8"))
     assert report["model"]["name"] == "fixture-tiny"
-    assert report["decoding"]["beam_size"] == 4
+    assert {pair: d["beam_size"] for pair, d in report["decoding"]["directions"].items()} == {"ko-en": 4, "en-ko": 4}
     found = {(r["set"], r["direction"]): r for r in report["results"]}
     assert set(found) == {(s, d) for s in ("tiny-dev", "tiny-test") for d in ("ko-en", "en-ko")}
     for (name, direction), result in found.items():
@@ -90,7 +90,8 @@ def test_cli_filters_sets_and_directions(tiny_recipe, fixture_model_dir, tmp_pat
          "--sets", "tiny-dev", "--directions", "ko-en", "--limit", "3", "--beam-size", "2", "--length-penalty", "0.6"]
     )
     assert [(r["set"], r["direction"], r["sentences"]) for r in report["results"]] == [("tiny-dev", "ko-en", 3)]
-    assert (report["decoding"]["beam_size"], report["decoding"]["length_penalty"]) == (2, 0.6)
+    assert list(report["decoding"]["directions"]) == ["ko-en"]
+    assert (report["decoding"]["directions"]["ko-en"]["beam_size"], report["decoding"]["directions"]["ko-en"]["length_penalty"]) == (2, 0.6)
     assert (tmp_path / "dev-only" / "tiny-dev.ko-en.hyp").is_file()
 
 

@@ -94,3 +94,10 @@ def test_resolve_device():
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="no CUDA device"):
             resolve_device("cuda")
+
+
+def test_banning_the_end_of_sentence_is_refused_before_searching(fixture_translator):
+    """With EOS banned no hypothesis could end: a clear error, not an empty n-best list that breaks joining."""
+    options = SearchOptions(banned_ids=(fixture_translator.tokenizer.eos_id,))
+    with pytest.raises(ValueError, match="end-of-sentence"):
+        fixture_translator.translate([KOREAN[0]], "ko", "en", options)

@@ -1,4 +1,4 @@
-"""training.tune_decoding: the grid runs on dev sets only, the choice lands in metadata.json, and every entry point
+"""training.tune_decoding: the grid runs on dev sets only, per direction; the choice lands in metadata.json, and every entry point
 (Translator, server validation, CLI, evaluate) decodes with the model's tuned defaults unless told otherwise."""
 
 import json
@@ -8,7 +8,7 @@ import pytest
 from test_evaluate import tiny_recipe  # noqa: F401 (a fixture)
 
 from nmt.search import SearchOptions
-from nmt.translator import Translator
+from nmt.translator import Translator, UnsupportedLanguagePair
 from serving.config import Limits
 from serving.stubs import translator_pb2
 from serving.validation import RequestValidator
@@ -16,14 +16,19 @@ from training import evaluate, tune_decoding
 from training.tune_decoding import Setting, Trial, best, loops_in
 
 TUNED = {"length_penalty": 0.6, "no_repeat_ngram_size": 3}
+TUNED_EN_KO = {"length_penalty": 2.0}  # en→ko's own α (its n-gram ban is the shared one)
+
+
+def with_decoding(fixture_model_dir, folder, decoding: dict):
+    model_dir = shutil.copytree(fixture_model_dir, folder)
+    metadata = json.loads((model_dir / "metadata.json").read_text(encoding="utf-8"))
+    (model_dir / "metadata.json").write_text(json.dumps({**metadata, "decoding": decoding}), encoding="utf-8")
+    return model_dir
 
 
 @pytest.fixture()
 def tuned_model_dir(fixture_model_dir, tmp_path):
-    model_dir = shutil.copytree(fixture_model_dir, tmp_path / "tuned")
-    metadata = json.loads((model_dir / "metadata.json").read_text(encoding="utf-8"))
-    (model_dir / "metadata.json").write_text(json.dumps({**metadata, "decoding": TUNED}), encoding="utf-8")
-    return model_dir
+    return with_decoding(fixture_model_dir, tmp_path / "tuned", {**TUNED, "directions": {"en-ko": TUNED_EN_KO}})
 
 
 def test_loops_are_counted_per_hypothesis():
@@ -52,38 +57,79 @@ def test_the_length_penalty_is_chosen_by_the_objective_and_the_ngram_ban_by_loop
 
 
 def test_a_model_without_tuned_defaults_decodes_with_the_library_defaults(fixture_translator):
-    assert fixture_translator.default_options() == SearchOptions()
+    assert fixture_translator.default_options("ko", "en") == SearchOptions()
 
 
-def test_tuned_defaults_come_from_metadata_and_yield_to_explicit_options(tuned_model_dir):
+def test_tuned_defaults_come_from_metadata_per_direction_and_yield_to_explicit_options(tuned_model_dir):
     translator = Translator.load(tuned_model_dir, device="cpu")
-    assert translator.default_options() == SearchOptions(**TUNED)
-    assert translator.default_options(length_penalty=1.0, beam_size=2) == SearchOptions(
+    assert translator.default_options("ko", "en") == SearchOptions(**TUNED)
+    assert translator.default_options("en", "ko") == SearchOptions(**{**TUNED, **TUNED_EN_KO})
+    assert translator.default_options("en", "ko", length_penalty=1.0, beam_size=2) == SearchOptions(
         beam_size=2, length_penalty=1.0, no_repeat_ngram_size=3)
 
 
-def test_the_server_fills_unset_options_with_the_models_defaults(tuned_model_dir):
+def test_a_direction_without_an_entry_keeps_the_library_defaults(fixture_model_dir, tmp_path):
+    model_dir = with_decoding(fixture_model_dir, tmp_path / "en-ko-only", {"directions": {"en-ko": TUNED_EN_KO}})
+    translator = Translator.load(model_dir, device="cpu")
+    assert translator.default_options("ko", "en") == SearchOptions()
+    assert translator.default_options("en", "ko") == SearchOptions(**TUNED_EN_KO)
+
+
+def test_default_options_refuse_an_unserved_pair(fixture_translator):
+    with pytest.raises(UnsupportedLanguagePair):
+        fixture_translator.default_options("ko", "ja")
+
+
+def test_translate_decodes_each_direction_with_its_own_defaults(tuned_model_dir, monkeypatch):
+    translator = Translator.load(tuned_model_dir, device="cpu")
+    used = []
+    original = translator.translate_sentences
+    monkeypatch.setattr(translator, "translate_sentences",
+                        lambda sentences, target_lang, options, strategy=None: used.append(options) or original(sentences, target_lang, options))
+    translator.translate(["나는 학생입니다"], "ko", "en")
+    translator.translate(["I am a student."], "en", "ko")
+    assert [o.length_penalty for o in used] == [0.6, 2.0]
+
+
+def test_the_server_fills_unset_options_with_the_models_defaults_for_the_pair(tuned_model_dir):
     validator = RequestValidator(Translator.load(tuned_model_dir, device="cpu"), Limits())
-    assert validator.search_options(translator_pb2.DecodingOptions()) == SearchOptions(**TUNED)
-    given = validator.search_options(translator_pb2.DecodingOptions(no_repeat_ngram_size=0, beam_size=2))
-    assert given == SearchOptions(beam_size=2, length_penalty=0.6, no_repeat_ngram_size=0)
+    assert validator.search_options(translator_pb2.DecodingOptions(), "ko", "en") == SearchOptions(**TUNED)
+    assert validator.search_options(translator_pb2.DecodingOptions(), "en", "ko").length_penalty == 2.0
+    given = validator.search_options(translator_pb2.DecodingOptions(no_repeat_ngram_size=0, beam_size=2), "en", "ko")
+    assert given == SearchOptions(beam_size=2, length_penalty=2.0, no_repeat_ngram_size=0)
 
 
-def test_tuning_writes_the_choice_and_evaluate_uses_it(fixture_model_dir, tiny_recipe, tmp_path, capsys):
+def test_each_direction_is_tuned_on_its_own_objective(monkeypatch):
+    """The same grid read per direction: α 2.0 wins into Korean and loses into English, so each keeps its own."""
+    objective = {("en", "ko"): {1.0: 25.9, 2.0: 26.2}, ("ko", "en"): {1.0: 19.0, 2.0: 18.4}}
+    monkeypatch.setattr(tune_decoding, "run_trial", lambda translator, sets, directions, setting, *rest: Trial(
+        setting, objective[directions[0]][setting.length_penalty] - 0.01 * setting.no_repeat_ngram_size, 0, []))
+    choices = tune_decoding.tune_directions(None, [], [("ko", "en"), ("en", "ko")], [2.0], [4], 4, None, report=lambda _: None)
+    assert {pair: c.chosen.setting for pair, c in choices.items()} == {"ko-en": Setting(1.0, 0), "en-ko": Setting(2.0, 0)}
+    assert all(c.baseline.setting == Setting(1.0, 0) for c in choices.values())
+
+
+def test_tuning_writes_each_directions_choice_and_evaluate_uses_it(fixture_model_dir, tiny_recipe, tmp_path, capsys):
     model_dir = shutil.copytree(fixture_model_dir, tmp_path / "model")
     chosen = tune_decoding.main(["--config", str(tiny_recipe), "--model", str(model_dir), "--length-penalties", "0.6",
                                  "--no-repeat-ngram-sizes", "2", "--write"])
+    assert set(chosen) == {"ko-en", "en-ko"}
     report = json.loads((model_dir / "decoding.json").read_text(encoding="utf-8"))
-    tried = [(t["length_penalty"], t["no_repeat_ngram_size"]) for t in report["trials"]]
-    assert tried[:2] == [(1.0, 0), (0.6, 0)] and tried[-1][1] == 2  # the library default first, the ban last
-    assert {r["set"] for t in report["trials"] for r in t["results"]} == {"tiny-dev"}  # dev sets only
+    for pair, tuning in report["directions"].items():
+        tried = [(t["length_penalty"], t["no_repeat_ngram_size"]) for t in tuning["trials"]]
+        assert tried[:2] == [(1.0, 0), (0.6, 0)] and tried[-1][1] == 2  # the library default first, the ban last
+        assert {(r["set"], r["direction"]) for t in tuning["trials"] for r in t["results"]} == {("tiny-dev", pair)}  # dev sets only
     decoding = json.loads((model_dir / "metadata.json").read_text(encoding="utf-8"))["decoding"]
-    assert (decoding["length_penalty"], decoding["no_repeat_ngram_size"]) == (chosen.length_penalty, chosen.no_repeat_ngram_size)
-    assert "chosen:" in capsys.readouterr().out
+    for pair, setting in chosen.items():
+        written = decoding["directions"][pair]
+        assert (written["length_penalty"], written["no_repeat_ngram_size"]) == (setting.length_penalty, setting.no_repeat_ngram_size)
+    printed = capsys.readouterr().out
+    assert "ko-en chosen:" in printed and "en-ko chosen:" in printed
 
     evaluation = evaluate.main(["--config", str(tiny_recipe), "--model", str(model_dir), "--sets", "tiny-dev"])
-    assert evaluation["decoding"]["length_penalty"] == decoding["length_penalty"]
-    assert evaluation["decoding"]["no_repeat_ngram_size"] == decoding["no_repeat_ngram_size"]
+    for pair, setting in chosen.items():
+        used = evaluation["decoding"]["directions"][pair]
+        assert (used["length_penalty"], used["no_repeat_ngram_size"]) == (setting.length_penalty, setting.no_repeat_ngram_size)
 
 
 def test_tuning_refuses_test_sets(fixture_model_dir, tiny_recipe):

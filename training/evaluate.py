@@ -26,7 +26,7 @@ import argparse
 import json
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -104,7 +104,7 @@ class EvaluationSet:
 
 @dataclass
 class EvaluationConfig:
-    search: SearchOptions
+    search_overrides: dict = field(default_factory=dict)  # SearchOptions fields over each direction's tuned defaults
     batch_tokens: int = 4096
     limit: int | None = None  # first N lines of every set, for quick checks
     korean_bleu_tokenize: str = KOREAN_BLEU_TOKENIZE
@@ -141,6 +141,11 @@ def hypotheses_of(translator: Translator, sources: list[str], source_lang: str, 
     return hypotheses
 
 
+def direction_options(translator: Translator, directions: Sequence[tuple[str, str]], overrides: dict) -> dict[str, SearchOptions]:
+    """The search options of each direction, ``"ko-en"`` → options: the model's tuned defaults for it under ``overrides``."""
+    return {f"{s}-{t}": translator.default_options(s, t, **overrides) for s, t in directions}
+
+
 def evaluate(
     translator: Translator,
     sets: Sequence[EvaluationSet],
@@ -149,8 +154,8 @@ def evaluate(
     hypotheses_dir: Path,
 ) -> list[dict]:
     """Translate and score every set in every direction; writes each direction's hypotheses as it goes."""
-    for source_lang, target_lang in directions:  # fail before hours of decoding, not after
-        translator.check_pair(source_lang, target_lang)
+    options = direction_options(translator, directions, config.search_overrides)  # fails on an unserved pair
+    for _, target_lang in directions:  # fail before hours of decoding, not after
         bleu_metric(target_lang, config.korean_bleu_tokenize)
     texts = {(s.name, d): read_parallel(s.prefix, *d, config.limit) for s in sets for d in directions}
     hypotheses_dir.mkdir(parents=True, exist_ok=True)
@@ -159,7 +164,7 @@ def evaluate(
         for source_lang, target_lang in directions:
             sources, references = texts[evaluation_set.name, (source_lang, target_lang)]
             started = time.perf_counter()
-            hypotheses = hypotheses_of(translator, sources, source_lang, target_lang, config.search)
+            hypotheses = hypotheses_of(translator, sources, source_lang, target_lang, options[f"{source_lang}-{target_lang}"])
             seconds = time.perf_counter() - started
             scores = score(hypotheses, references, target_lang, config.korean_bleu_tokenize)
             hypotheses_file = hypotheses_dir / f"{evaluation_set.name}.{source_lang}-{target_lang}.hyp"
@@ -182,8 +187,10 @@ def evaluate(
     return results
 
 
-def build_report(translator: Translator, model_dir: Path, recipe: Recipe, config_path: Path, config: EvaluationConfig, results: list[dict]) -> dict:
-    """Everything needed to trust or reproduce the numbers: model, recipe, decoding settings, metric signatures."""
+def build_report(translator: Translator, model_dir: Path, recipe: Recipe, config_path: Path, config: EvaluationConfig,
+                 directions: Sequence[tuple[str, str]], results: list[dict]) -> dict:
+    """Everything needed to trust or reproduce the numbers: model, recipe, each direction's decoding, metric signatures."""
+    options = direction_options(translator, directions, config.search_overrides)
     return {
         "model": {
             "directory": str(model_dir),
@@ -191,7 +198,8 @@ def build_report(translator: Translator, model_dir: Path, recipe: Recipe, config
             "version": translator.metadata.get("version"),
         },
         "recipe": {"name": recipe.name, "config": str(config_path)},
-        "decoding": {**asdict(config.search), "batch_tokens": config.batch_tokens, "device": str(translator.device)},
+        "decoding": {"directions": {pair: asdict(o) for pair, o in options.items()}, "batch_tokens": config.batch_tokens,
+                     "device": str(translator.device)},
         "limit": config.limit,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "results": results,
@@ -250,8 +258,9 @@ def main(argv: Sequence[str] | None = None) -> dict:
     recipe = load_recipe(args.config)
     sets = evaluation_sets(recipe, args.sets)
     translator = Translator.load(args.model, args.device, max_batch_tokens=args.batch_tokens)
+    directions = args.directions or recipe.directions
     config = EvaluationConfig(
-        search=translator.default_options(beam_size=args.beam_size, **given_options(args)),
+        search_overrides={"beam_size": args.beam_size, **given_options(args)},
         batch_tokens=args.batch_tokens,
         limit=args.limit,
         korean_bleu_tokenize=args.korean_bleu_tokenize,
@@ -259,8 +268,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
     )
     report_path = args.out or args.model / "eval.json"
     hypotheses_dir = report_path.with_suffix("")
-    results = evaluate(translator, sets, args.directions or recipe.directions, config, hypotheses_dir)
-    report = build_report(translator, args.model, recipe, args.config, config, results)
+    results = evaluate(translator, sets, directions, config, hypotheses_dir)
+    report = build_report(translator, args.model, recipe, args.config, config, directions, results)
     report_path.parent.mkdir(parents=True, exist_ok=True)
     report_path.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     print(format_table(results))
