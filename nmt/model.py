@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from nmt.attention import KeyValueCache, MultiHeadAttention
+from nmt.dropout import Dropout
 
 
 @dataclass
@@ -71,7 +72,7 @@ class FeedForward(nn.Module):
         super().__init__()
         self.up, self.down = nn.Linear(d_model, ffn_dim), nn.Linear(ffn_dim, d_model)
         self.activation = {"relu": F.relu, "gelu": F.gelu}[activation]
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.down(self.dropout(self.activation(self.up(x))))
@@ -82,7 +83,7 @@ class Residual(nn.Module):
 
     def __init__(self, d_model: int, dropout: float, pre_norm: bool):
         super().__init__()
-        self.norm, self.dropout, self.pre_norm = nn.LayerNorm(d_model), nn.Dropout(dropout), pre_norm
+        self.norm, self.dropout, self.pre_norm = nn.LayerNorm(d_model), Dropout(dropout), pre_norm
 
     def forward(self, x: Tensor, sublayer: Callable[[Tensor], Tensor]) -> Tensor:
         if self.pre_norm:
@@ -226,7 +227,7 @@ class Transformer(nn.Module):
         self.embedding = nn.Embedding(c.vocab_size, c.d_model, padding_idx=c.pad_id)
         nn.init.normal_(self.embedding.weight, std=c.d_model**-0.5)
         self.positions = SinusoidalPositions(c.d_model, c.max_positions)
-        self.dropout = nn.Dropout(c.dropout)
+        self.dropout = Dropout(c.dropout)
         self.encoder_layers = nn.ModuleList(EncoderLayer(c) for _ in range(c.encoder_layers))
         self.decoder_layers = nn.ModuleList(DecoderLayer(c) for _ in range(c.decoder_layers))
         # Pre-norm stacks end un-normalised, so each gets a final LayerNorm; post-norm layers already end in one.
