@@ -96,8 +96,8 @@ average: install  ## average the last checkpoints of $(RUN_DIR) into $(RUN_DIR)/
 grow: install  ## $(MODEL) deepened to ENCODER_LAYERS / DECODER_LAYERS with silent new layers (translates as before) into GROW_OUT, to warm-start a deeper recipe
 	$(PY) -m training.grow --model $(MODEL) --out $(GROW_OUT) $(if $(ENCODER_LAYERS),--encoder-layers $(ENCODER_LAYERS)) $(if $(DECODER_LAYERS),--decoder-layers $(DECODER_LAYERS))
 
-release: install  ## publish RELEASE_FROM (default $(RUN_DIR)/best) as models/default, fp16 weights
-	$(PY) -m training.release --model $(RELEASE_FROM) --out models/default --run-dir $(RUN_DIR)
+release: install  ## publish RELEASE_FROM (default $(RUN_DIR)/best) as models/default, fp16 weights; DECODING_FROM=DIR keeps DIR's decoding defaults
+	$(PY) -m training.release --model $(RELEASE_FROM) --out models/default --run-dir $(RUN_DIR) $(if $(DECODING_FROM),--decoding-from $(DECODING_FROM))
 
 serve: install  ## serve $(MODEL) over gRPC on $(HOST):$(PORT) and HTTP (API, web page) on $(HTTP_HOST):$(HTTP_PORT), on DEVICE=auto|cpu|cuda
 	$(PY) -m serving.server --model $(MODEL) --host $(HOST) --port $(PORT) --http-host $(HTTP_HOST) --http-port $(HTTP_PORT) --precision $(PRECISION) --device $(DEVICE)

@@ -83,6 +83,11 @@ def _read_json(path: Path) -> dict:
     return value
 
 
+def read_metadata(directory: str | Path) -> dict:
+    """A model directory's ``metadata.json`` alone, without loading its weights."""
+    return _read_json(Path(directory) / METADATA)
+
+
 def load_model(directory: str | Path, device: str | torch.device = "cpu") -> LoadedModel:
     """Load a model directory onto ``device`` in fp32; every failure names the file at fault."""
     directory = Path(directory)
@@ -99,7 +104,7 @@ def load_model(directory: str | Path, device: str | torch.device = "cpu") -> Loa
         model = Transformer(config)  # also rejects values no model can have, e.g. heads that do not divide d_model
     except (TypeError, ValueError, KeyError) as error:
         raise CheckpointError(f"{directory / CONFIG} is not a valid model config: {error}") from error
-    metadata = _read_json(directory / METADATA)
+    metadata = read_metadata(directory)
     try:
         tokenizer = Tokenizer.load(directory / TOKENIZER)
     except (OSError, RuntimeError) as error:

@@ -4,6 +4,8 @@
 
 fp16 halves the directory (what ships in git) and is loaded back as fp32, so inference is unchanged
 apart from rounding of the weights; the command reports how many of a sample of dev translations change.
+A model trained on from an earlier release can keep that release's tuned decoding defaults (``--decoding-from``):
+its metadata's ``decoding`` is copied as it is, with the directory it came from.
 """
 
 from __future__ import annotations
@@ -14,15 +16,25 @@ from pathlib import Path
 
 import torch
 
-from nmt.checkpoint import load_model, save_model
+from nmt.checkpoint import CheckpointError, load_model, read_metadata, save_model
 from nmt.search import SearchOptions
 from nmt.translator import Translator
 
 
-def release(model_dir: Path, out_dir: Path, sample: list[tuple[str, str, str]]) -> int:
+def carried_decoding(model_dir: Path) -> dict:
+    """The tuned ``decoding`` of another model directory's metadata, marked with where it came from."""
+    decoding = read_metadata(model_dir).get("decoding")
+    if not decoding:
+        raise ValueError(f"{model_dir} has no tuned decoding defaults in its metadata.json to carry over")
+    return {**decoding, "carried_from": str(model_dir)}
+
+
+def release(model_dir: Path, out_dir: Path, sample: list[tuple[str, str, str]], decoding_from: Path | None = None) -> int:
     """Write ``out_dir`` with fp16 weights; returns how many ``sample`` translations differ from fp32."""
     loaded = load_model(model_dir)
     metadata = {**loaded.metadata, "released_from": str(model_dir), "weights_dtype": "float16"}
+    if decoding_from is not None:
+        metadata["decoding"] = carried_decoding(decoding_from)
     save_model(out_dir, loaded.model, loaded.tokenizer, metadata, dtype=torch.float16)
     full, half = Translator(loaded.model, loaded.tokenizer, loaded.metadata), Translator.load(out_dir, device="cpu")
     options = SearchOptions(beam_size=4)
@@ -57,9 +69,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", default=Path("models/default"), type=Path)
     parser.add_argument("--run-dir", type=Path, help="prepared run directory whose dev sentences check the fp16 copy")
     parser.add_argument("--check-sentences", type=int, default=100, help="dev sentences per direction to compare")
+    parser.add_argument("--decoding-from", type=Path, help="model directory whose tuned decoding defaults to carry over")
     args = parser.parse_args(argv)
     sample = dev_sample(args.run_dir, args.check_sentences) if args.run_dir else []
-    changed = release(args.model, args.out, sample)
+    try:
+        changed = release(args.model, args.out, sample, args.decoding_from)
+    except (ValueError, CheckpointError) as error:
+        raise SystemExit(f"error: {error}") from error
     size = sum(p.stat().st_size for p in args.out.iterdir()) / 1e6
     print(f"released {args.model} as {args.out} ({size:.1f} MB, fp16 weights)")
     if sample:
