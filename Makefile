@@ -38,7 +38,10 @@ BT_DIR   ?= runs/bt
 BT_OUT   ?= $(BT_DIR)/$(notdir $(patsubst %/,%,$(dir $(BT_INPUT))))
 BT_LIMIT ?=
 BT_SEARCH ?= beam
+BT_TOP_K ?=
 BT_THREADS ?= 2
+# One process, or NPROC processes under torchrun (DDP training, sharded back-translation).
+LAUNCH   = $(if $(filter 1,$(NPROC)),$(PY),$(VENV)/bin/torchrun --standalone --nproc_per_node=$(NPROC))
 export DATA_DIR BT_DIR HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1
 
 .PHONY: help install proto test data train cooldown backtranslate eval compare average grow release serve translate plot-attention bench bench-decode bench-serve bench-train bench-profile bench-kernel-cache bench-continuous soak tune-decoding gpu-carry gpu-check clean
@@ -65,18 +68,10 @@ data: install  ## load, clean and tokenize the recipe's corpora into $(RUN_DIR)/
 	$(PY) -m training.prepare --config $(CONFIG) --run-dir $(RUN_DIR)
 
 train: data  ## train on CUDA if present (NPROC>1: torchrun DDP); resumes from $(RUN_DIR); INIT_FROM=MODEL_DIR warm-starts a fresh run; THREADS=N per process
-ifeq ($(NPROC),1)
-	$(PY) -m training.train --config $(CONFIG) --run-dir $(RUN_DIR) $(if $(INIT_FROM),--init-from $(INIT_FROM)) $(if $(THREADS),--threads $(THREADS))
-else
-	$(VENV)/bin/torchrun --standalone --nproc_per_node=$(NPROC) -m training.train --config $(CONFIG) --run-dir $(RUN_DIR) $(if $(INIT_FROM),--init-from $(INIT_FROM)) $(if $(THREADS),--threads $(THREADS))
-endif
+	$(LAUNCH) -m training.train --config $(CONFIG) --run-dir $(RUN_DIR) $(if $(INIT_FROM),--init-from $(INIT_FROM)) $(if $(THREADS),--threads $(THREADS))
 
-backtranslate: install  ## translate BT_INPUT (language BT_LANG) with $(MODEL) into the corpus folder BT_OUT; resumable
-ifeq ($(NPROC),1)
-	$(PY) -m training.backtranslate --model $(MODEL) --input $(BT_INPUT) --lang $(BT_LANG) --out $(BT_OUT) --search $(BT_SEARCH) --precision $(PRECISION) --threads $(BT_THREADS) $(if $(BT_LIMIT),--limit $(BT_LIMIT))
-else
-	$(VENV)/bin/torchrun --standalone --nproc_per_node=$(NPROC) -m training.backtranslate --model $(MODEL) --input $(BT_INPUT) --lang $(BT_LANG) --out $(BT_OUT) --search $(BT_SEARCH) --precision $(PRECISION) --threads $(BT_THREADS) $(if $(BT_LIMIT),--limit $(BT_LIMIT))
-endif
+backtranslate: install  ## translate BT_INPUT (language BT_LANG) with $(MODEL) into the corpus folder BT_OUT (BT_SEARCH=sample BT_TOP_K=10: top-k sampling); resumable
+	$(LAUNCH) -m training.backtranslate --model $(MODEL) --input $(BT_INPUT) --lang $(BT_LANG) --out $(BT_OUT) --search $(BT_SEARCH) $(if $(BT_TOP_K),--top-k $(BT_TOP_K)) --precision $(PRECISION) --threads $(BT_THREADS) $(if $(BT_LIMIT),--limit $(BT_LIMIT))
 
 eval: install  ## BLEU/chrF of $(MODEL) on the recipe's dev and test sets, report in $(MODEL)/eval.json
 	$(PY) -m training.evaluate --config $(CONFIG) --model $(MODEL)
