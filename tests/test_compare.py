@@ -1,12 +1,13 @@
 """training.compare: paired significance between eval reports, rescored from their hypothesis files."""
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 from fixture_model import fixture_pairs
 
-from training.compare import compare, main
+from training.compare import compare, load_report, main
 from training.evaluate import score
 
 
@@ -21,12 +22,12 @@ def recipe(tmp_path) -> Path:
 
 
 def write_report(folder: Path, recipe: Path, hypotheses: list[str], limit: int | None = None) -> Path:
-    """An eval report of ko→en hypotheses, as training.evaluate writes one."""
+    """An eval report of ko→en hypotheses, as training.evaluate writes one: it names them relative to itself."""
     folder.mkdir()
     (folder / "dev.ko-en.hyp").write_text("".join(h + "\n" for h in hypotheses), encoding="utf-8")
     references = [en for _, en in fixture_pairs()][:limit]
     result = {"set": "dev", "split": "dev", "direction": "ko-en", "sentences": len(hypotheses), "primary_metric": "bleu",
-              **score(hypotheses, references, "en"), "hypotheses": str(folder / "dev.ko-en.hyp")}
+              **score(hypotheses, references, "en"), "hypotheses": "dev.ko-en.hyp"}
     report = {"recipe": {"name": "pairs", "config": str(recipe)}, "limit": limit, "results": [result]}
     (folder / "eval.json").write_text(json.dumps(report), encoding="utf-8")
     return folder / "eval.json"
@@ -40,7 +41,7 @@ def damaged(references: list[str], parity: int = 1) -> list[str]:
 def test_a_clear_gain_is_significant_and_a_change_of_errors_is_not(recipe, tmp_path):
     references = [en for _, en in fixture_pairs()]
     systems = [("base", damaged(references)), ("other", damaged(references, parity=0)), ("fixed", references)]
-    reports = [(name, json.loads(write_report(tmp_path / name, recipe, hypotheses).read_text())) for name, hypotheses in systems]
+    reports = [(name, load_report(write_report(tmp_path / name, recipe, hypotheses))) for name, hypotheses in systems]
     (comparison,) = compare(reports)
     other, fixed = comparison.differences
     assert comparison.metric == "bleu" and comparison.sentences == len(references)
@@ -52,7 +53,7 @@ def test_a_clear_gain_is_significant_and_a_change_of_errors_is_not(recipe, tmp_p
 
 def test_identical_hypotheses_are_no_evidence_of_a_difference(recipe, tmp_path):
     hypotheses = damaged([en for _, en in fixture_pairs()])
-    reports = [(name, json.loads(write_report(tmp_path / name, recipe, hypotheses).read_text())) for name in ("base", "same")]
+    reports = [(name, load_report(write_report(tmp_path / name, recipe, hypotheses))) for name in ("base", "same")]
     (comparison,) = compare(reports)
     (same,) = comparison.differences
     assert same.delta == 0 and same.p_value == 1.0 and same.changed == 0
@@ -60,8 +61,8 @@ def test_identical_hypotheses_are_no_evidence_of_a_difference(recipe, tmp_path):
 
 def test_reports_of_different_lengths_are_refused(recipe, tmp_path):
     references = [en for _, en in fixture_pairs()]
-    short = json.loads(write_report(tmp_path / "short", recipe, references[:10], limit=10).read_text())
-    full = json.loads(write_report(tmp_path / "full", recipe, references).read_text())
+    short = load_report(write_report(tmp_path / "short", recipe, references[:10], limit=10))
+    full = load_report(write_report(tmp_path / "full", recipe, references))
     with pytest.raises(ValueError, match="different numbers of lines"):
         compare([("full", full), ("short", short)])
 
@@ -89,3 +90,21 @@ def test_cli_names_a_report_whose_hypotheses_are_gone(recipe, tmp_path, capsys):
     with pytest.raises(SystemExit):
         main([str(base), str(fixed)])
     assert f"evaluation file {tmp_path / 'fixed' / 'dev.ko-en.hyp'} does not exist" in capsys.readouterr().err
+
+
+def test_a_report_moved_with_its_hypotheses_still_compares(recipe, tmp_path, capsys):
+    references = [en for _, en in fixture_pairs()]
+    base, fixed = write_report(tmp_path / "base", recipe, damaged(references)), write_report(tmp_path / "fixed", recipe, references)
+    shutil.copytree(tmp_path / "fixed", tmp_path / "results" / "fixed")  # as into bench/results
+    shutil.rmtree(tmp_path / "fixed")
+    (comparison,) = main([str(base), str(tmp_path / "results" / "fixed" / "eval.json")])
+    assert comparison.differences[0].score == pytest.approx(100)
+
+
+def test_a_report_written_before_relative_paths_reads_its_hypotheses_from_the_working_directory(recipe, tmp_path, monkeypatch):
+    report_path = write_report(tmp_path / "old", recipe, [en for _, en in fixture_pairs()])
+    report = json.loads(report_path.read_text())
+    report["results"][0]["hypotheses"] = "old/dev.ko-en.hyp"  # as reports named them: from where evaluate ran
+    report_path.write_text(json.dumps(report), encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    assert load_report(report_path)["results"][0]["hypotheses"] == "old/dev.ko-en.hyp"

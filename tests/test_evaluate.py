@@ -77,7 +77,8 @@ def test_cli_reports_every_set_and_direction(tiny_recipe, fixture_model_dir, tmp
         assert result["bleu"] > 80 and result["chrf"] > 80  # the fixture model memorised these pairs
         assert "tok:13a" in result["bleu_signature"] if direction.endswith("en") else "tok:char" in result["bleu_signature"]
         assert "nc:6" in result["chrf_signature"]
-        hypotheses = (tmp_path / "report" / "eval" / f"{name}.{direction}.hyp").read_text(encoding="utf-8")
+        assert result["hypotheses"] == f"eval/{name}.{direction}.hyp"  # relative to the report, so the two travel together
+        hypotheses = (tmp_path / "report" / result["hypotheses"]).read_text(encoding="utf-8")
         assert hypotheses.count("\n") == 6
     printed = capsys.readouterr().out
     assert "tiny-test" in printed and str(out) in printed

@@ -50,7 +50,14 @@ class Comparison:
 
 
 def load_report(path: Path) -> dict:
-    return json.loads(path.read_text(encoding="utf-8"))
+    """A report with its hypothesis paths resolved: relative to the report's folder, or, in reports written before
+    evaluation named them so, relative to the repository root as written."""
+    report = json.loads(path.read_text(encoding="utf-8"))
+    for result in report["results"]:
+        beside_report = path.parent / result["hypotheses"]
+        if beside_report.is_file() or not Path(result["hypotheses"]).is_file():
+            result["hypotheses"] = str(beside_report)
+    return report
 
 
 def compare(reports: Sequence[tuple[str, dict]], test: str = "ar", samples: int = 0) -> list[Comparison]:

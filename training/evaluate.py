@@ -17,7 +17,8 @@ chrF (character 6-grams, whitespace ignored) is the primary metric for Korean ta
 give partial credit for a right stem with a wrong ending, which suits an agglutinative language.
 
 The report goes to ``<model>/eval.json`` (or ``--out``), the hypotheses to ``<report without .json>/
-<set>.<src>-<tgt>.hyp``, one line per source line.
+<set>.<src>-<tgt>.hyp``, one line per source line. The report names them relative to its own folder, so a report
+copied with its hypotheses folder (into bench/results, to another machine) can still be compared.
 """
 
 from __future__ import annotations
@@ -269,6 +270,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
     report_path = args.out or args.model / "eval.json"
     hypotheses_dir = report_path.with_suffix("")
     results = evaluate(translator, sets, directions, config, hypotheses_dir)
+    for result in results:  # the report and its folder travel together
+        result["hypotheses"] = str(Path(result["hypotheses"]).relative_to(report_path.parent))
     report = build_report(translator, args.model, recipe, args.config, config, directions, results)
     report_path.parent.mkdir(parents=True, exist_ok=True)
     report_path.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
