@@ -50,8 +50,8 @@ class Comparison:
 
 
 def load_report(path: Path) -> dict:
-    """A report with its hypothesis paths resolved: relative to the report's folder, or, in reports written before
-    evaluation named them so, relative to the repository root as written."""
+    """A report with its hypothesis paths resolved against the report's folder; reports from before evaluate wrote
+    them so name them from the repository root, and are read from the working directory."""
     report = json.loads(path.read_text(encoding="utf-8"))
     for result in report["results"]:
         beside_report = path.parent / result["hypotheses"]
