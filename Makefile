@@ -21,6 +21,7 @@ MODELS   ?=
 AVERAGE_OUT ?= runs/soup
 ENCODER_LAYERS ?=
 DECODER_LAYERS ?=
+FFN_DIM  ?=
 GROW_OUT ?= runs/grown/$(notdir $(MODEL))
 THREADS  ?=
 BENCH_THREADS ?= 2
@@ -88,8 +89,8 @@ cooldown: install  ## fork $(RUN_DIR) at FORK_FROM (its newest checkpoint) into 
 average: install  ## average the last checkpoints of $(RUN_DIR) into $(RUN_DIR)/averaged; MODELS="DIR ..." AVERAGE_OUT=DIR: a soup of runs
 	$(PY) -m training.average $(if $(MODELS),--models $(MODELS) --out $(AVERAGE_OUT),--run-dir $(RUN_DIR))
 
-grow: install  ## $(MODEL) deepened to ENCODER_LAYERS / DECODER_LAYERS with silent new layers (translates as before) into GROW_OUT, to warm-start a deeper recipe
-	$(PY) -m training.grow --model $(MODEL) --out $(GROW_OUT) $(if $(ENCODER_LAYERS),--encoder-layers $(ENCODER_LAYERS)) $(if $(DECODER_LAYERS),--decoder-layers $(DECODER_LAYERS))
+grow: install  ## $(MODEL) deepened to ENCODER_LAYERS / DECODER_LAYERS and widened to FFN_DIM, silently (translates as before), into GROW_OUT, to warm-start a larger recipe
+	$(PY) -m training.grow --model $(MODEL) --out $(GROW_OUT) $(if $(ENCODER_LAYERS),--encoder-layers $(ENCODER_LAYERS)) $(if $(DECODER_LAYERS),--decoder-layers $(DECODER_LAYERS)) $(if $(FFN_DIM),--ffn-dim $(FFN_DIM))
 
 release: install  ## publish RELEASE_FROM (default $(RUN_DIR)/best) as models/default, fp16 weights; DECODING_FROM=DIR keeps DIR's decoding defaults
 	$(PY) -m training.release --model $(RELEASE_FROM) --out models/default --run-dir $(RUN_DIR) $(if $(DECODING_FROM),--decoding-from $(DECODING_FROM))

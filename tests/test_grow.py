@@ -1,4 +1,4 @@
-"""training.grow: a deepened model computes what the original did, and its new layers can learn."""
+"""training.grow: a deepened or widened model computes what the original did, and what it gained can learn."""
 
 import json
 
@@ -7,7 +7,7 @@ import torch
 from fixture_model import tiny_config
 
 from nmt.checkpoint import load_model
-from nmt.model import Transformer
+from nmt.model import FeedForward, Transformer
 from training.grow import GrowthError, copied_layers, grow, main
 
 
@@ -63,11 +63,37 @@ def test_new_layers_learn_and_the_original_layers_are_shared_by_value_only():
     assert model.encoder_layers[0].ffn.up.weight.grad is None  # no parameter is shared with the original
 
 
+@pytest.mark.parametrize("pre_norm", [True, False])
+def test_widened_model_computes_the_same_logits_in_either_norm_placement(pre_norm):
+    model = trained_like_model(pre_norm=pre_norm)
+    widened = grow(model, model.config.encoder_layers, model.config.decoder_layers, ffn_dim=3 * model.config.ffn_dim).eval()
+    assert widened.config.ffn_dim == 3 * model.config.ffn_dim
+    assert {m.up.out_features for m in widened.modules() if isinstance(m, FeedForward)} == {widened.config.ffn_dim}
+    source, target = random_batch(model.config.vocab_size)
+    with torch.no_grad():
+        torch.testing.assert_close(widened(source, target), model(source, target))
+
+
+def test_new_hidden_units_learn_and_deepening_widens_the_copies_too():
+    model = trained_like_model()
+    width = model.config.ffn_dim
+    grown = grow(model, encoder_layers=3, decoder_layers=2, ffn_dim=2 * width).train()
+    ffn = grown.encoder_layers[0].ffn
+    torch.testing.assert_close(ffn.up.weight[:width], model.encoder_layers[0].ffn.up.weight)
+    assert not ffn.down.weight[:, width:].any() and ffn.up.weight[width:].any()  # fresh rows in, silent columns out
+    assert grown.encoder_layers[1].ffn.up.out_features == 2 * width  # the silent copy of layer 0
+    source, target = random_batch(model.config.vocab_size, seed=1)
+    grown(source, target).logsumexp(-1).mean().backward()
+    assert ffn.down.weight.grad[:, width:].abs().sum() > 0
+
+
 def test_post_norm_and_shrinking_are_refused():
     with pytest.raises(GrowthError, match="pre-norm"):
         grow(trained_like_model(pre_norm=False), encoder_layers=3, decoder_layers=2)
     with pytest.raises(GrowthError, match="cannot shrink"):
         grow(trained_like_model(), encoder_layers=1, decoder_layers=2)
+    with pytest.raises(GrowthError, match="cannot narrow"):
+        grow(trained_like_model(), encoder_layers=2, decoder_layers=2, ffn_dim=8)
 
 
 def test_cli_writes_a_model_directory_that_translates_as_before(fixture_model_dir, fixture_translator, tmp_path, capsys):
@@ -75,13 +101,16 @@ def test_cli_writes_a_model_directory_that_translates_as_before(fixture_model_di
     from nmt.translator import Translator
 
     original = load_model(fixture_model_dir).model.config
-    main(["--model", str(fixture_model_dir), "--out", str(tmp_path / "grown"), "--decoder-layers", str(original.decoder_layers + 2)])
+    main(["--model", str(fixture_model_dir), "--out", str(tmp_path / "grown"), "--decoder-layers", str(original.decoder_layers + 2),
+          "--ffn-dim", str(original.ffn_dim + 32)])
     assert "parameters" in capsys.readouterr().out
     grown = load_model(tmp_path / "grown")
     assert grown.model.config.encoder_layers == original.encoder_layers
     assert grown.model.config.decoder_layers == original.decoder_layers + 2
+    assert grown.model.config.ffn_dim == original.ffn_dim + 32
     metadata = json.loads((tmp_path / "grown" / "metadata.json").read_text())
     assert metadata["grown_from"]["decoder_layers"] == original.decoder_layers
+    assert metadata["grown_from"]["ffn_dim"] == original.ffn_dim
     sentences, options = ["나는 학생입니다.", "그는 의사입니다."], SearchOptions(beam_size=2)
     expected = [t.text for t in fixture_translator.translate(sentences, "ko", "en", options)]
     grown_translator = Translator(grown.model, grown.tokenizer, grown.metadata)

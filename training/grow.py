@@ -1,6 +1,7 @@
-"""Function-preserving deepening: a trained model with more layers that translates exactly as it did.
+"""Function-preserving growth: a trained model, deeper or with wider feed-forward blocks, that translates exactly as it did.
 
     python -m training.grow --model models/default --encoder-layers 10 --out runs/grown/enc10
+    python -m training.grow --model models/default --ffn-dim 2048 --out runs/grown/ffn2048
     python -m training.train --config RECIPE --run-dir RUN --init-from runs/grown/enc10   # RECIPE: 10 encoder layers
 
 A small model trained for days is a better start for a larger one than random weights. Each new layer is a copy of
@@ -9,7 +10,12 @@ set to zero. A pre-norm sub-layer adds f(LayerNorm(x)) to the residual stream x,
 training moves those weights, and the grown model's outputs equal the original's (the identity layers of Net2Net,
 Chen et al., 2016). The copy sits right after the layer it duplicates, as in progressive stacking (Gong et al.,
 2019), so its attention and W₁ already compute features of the right depth when W_O and W₂ start to move.
-A post-norm layer normalises after the residual sum, so no copy of one is an identity: such a model cannot grow.
+A post-norm layer normalises after the residual sum, so no copy of one is an identity: such a model cannot deepen.
+
+Widening gives every feed-forward block more hidden units, the capacity where a Transformer keeps what it knows of
+words (Geva et al., 2021, "Transformer feed-forward layers are key-value memories"). A new unit reads the input
+through a freshly initialised row of W₁ and writes through a zero column of W₂, so the block's output is unchanged
+in any norm placement; W₂'s new columns learn from the first step, and W₁'s new rows once those have moved.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ from nmt.model import FeedForward, Transformer
 
 
 class GrowthError(ValueError):
-    """A model that cannot grow to the depth asked for."""
+    """A model that cannot grow to the size asked for."""
 
 
 def silent_copy(layer: nn.Module) -> nn.Module:
@@ -60,14 +66,33 @@ def deepen(stack: nn.ModuleList, depth: int) -> nn.ModuleList:
     )
 
 
-def grow(model: Transformer, encoder_layers: int, decoder_layers: int) -> Transformer:
-    """A copy of ``model`` with the given depths whose outputs equal ``model``'s."""
-    if not model.config.pre_norm:
-        raise GrowthError("only a pre-norm model can grow: a post-norm layer normalises its input even when it adds nothing")
+def widen(ffn: FeedForward, ffn_dim: int) -> None:
+    """Give ``ffn`` ``ffn_dim`` hidden units in place: the new ones read through fresh W₁ rows and write nothing."""
+    width = ffn.up.out_features
+    if ffn_dim < width:
+        raise GrowthError(f"cannot narrow a feed-forward block of {width} units to {ffn_dim}")
+    factory = {"device": ffn.up.weight.device, "dtype": ffn.up.weight.dtype}
+    up, down = nn.Linear(ffn.up.in_features, ffn_dim, **factory), nn.Linear(ffn_dim, ffn.down.out_features, **factory)
+    with torch.no_grad():
+        up.weight[:width], up.bias[:width] = ffn.up.weight, ffn.up.bias
+        down.weight[:, :width], down.weight[:, width:], down.bias[:] = ffn.down.weight, 0.0, ffn.down.bias
+    ffn.up, ffn.down = up, down
+
+
+def grow(model: Transformer, encoder_layers: int, decoder_layers: int, ffn_dim: int | None = None) -> Transformer:
+    """A copy of ``model`` with the given depths (and feed-forward width) whose outputs equal ``model``'s."""
+    config = model.config
+    deeper = (encoder_layers, decoder_layers) != (config.encoder_layers, config.decoder_layers)
+    if deeper and not config.pre_norm:
+        raise GrowthError("only a pre-norm model can deepen: a post-norm layer normalises its input even when it adds nothing")
+    ffn_dim = ffn_dim or config.ffn_dim
     grown = copy.deepcopy(model)
     grown.encoder_layers = deepen(grown.encoder_layers, encoder_layers)
     grown.decoder_layers = deepen(grown.decoder_layers, decoder_layers)
-    grown.config = replace(model.config, encoder_layers=encoder_layers, decoder_layers=decoder_layers)
+    for module in grown.modules():
+        if isinstance(module, FeedForward):
+            widen(module, ffn_dim)
+    grown.config = replace(config, encoder_layers=encoder_layers, decoder_layers=decoder_layers, ffn_dim=ffn_dim)
     return grown
 
 
@@ -78,17 +103,21 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--out", required=True, type=Path, help="where to write the grown model directory")
     parser.add_argument("--encoder-layers", type=int, help="the grown encoder's depth (default: unchanged)")
     parser.add_argument("--decoder-layers", type=int, help="the grown decoder's depth (default: unchanged)")
+    parser.add_argument("--ffn-dim", type=int, help="hidden units of every feed-forward block (default: unchanged)")
     args = parser.parse_args(argv)
     try:
         loaded = load_model(args.model)
         before = loaded.model.config
-        grown = grow(loaded.model, args.encoder_layers or before.encoder_layers, args.decoder_layers or before.decoder_layers)
+        grown = grow(loaded.model, args.encoder_layers or before.encoder_layers, args.decoder_layers or before.decoder_layers,
+                     args.ffn_dim)
     except (GrowthError, CheckpointError) as error:
         raise SystemExit(f"error: {error}") from error
-    origin = {"model": str(args.model), "encoder_layers": before.encoder_layers, "decoder_layers": before.decoder_layers}
+    origin = {"model": str(args.model), "encoder_layers": before.encoder_layers, "decoder_layers": before.decoder_layers,
+              "ffn_dim": before.ffn_dim}
     save_model(args.out, grown, loaded.tokenizer, {**loaded.metadata, "grown_from": origin})
     print(f"wrote {args.out}: {before.encoder_layers}+{before.decoder_layers} -> "
           f"{grown.config.encoder_layers}+{grown.config.decoder_layers} layers, "
+          f"feed-forward {before.ffn_dim} -> {grown.config.ffn_dim} units, "
           f"{loaded.model.num_parameters() / 1e6:.1f}M -> {grown.num_parameters() / 1e6:.1f}M parameters")
 
 
