@@ -89,9 +89,10 @@ def grow(model: Transformer, encoder_layers: int, decoder_layers: int, ffn_dim: 
     grown = copy.deepcopy(model)
     grown.encoder_layers = deepen(grown.encoder_layers, encoder_layers)
     grown.decoder_layers = deepen(grown.decoder_layers, decoder_layers)
-    for module in grown.modules():
-        if isinstance(module, FeedForward):
-            widen(module, ffn_dim)
+    if ffn_dim != config.ffn_dim:  # a deepening alone keeps the blocks it copied
+        for module in grown.modules():
+            if isinstance(module, FeedForward):
+                widen(module, ffn_dim)
     grown.config = replace(config, encoder_layers=encoder_layers, decoder_layers=decoder_layers, ffn_dim=ffn_dim)
     return grown
 
