@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from fixture_model import fixture_pairs
 
-from training.compare import compare, load_report, main
+from training.compare import Comparison, Difference, compare, load_report, main, markdown_table
 from training.evaluate import score
 
 
@@ -74,6 +74,14 @@ def test_cli_prints_a_markdown_table(recipe, tmp_path, capsys):
     table = capsys.readouterr().out.splitlines()
     assert table[0] == "| set | direction | metric | sentences | eval | eval (Δ, p, changed) |"
     assert table[2].startswith(f"| dev | ko-en | bleu | {len(references)} |") and "100.00 (+" in table[2]
+
+
+def test_the_table_ends_with_the_mean_of_the_primary_metrics_and_how_many_rose():
+    comparisons = [Comparison("a", "ko-en", "bleu", 10, 30.0, [Difference("new", 31.0, 1.0, 0.2, 4)]),
+                   Comparison("b", "en-ko", "chrf", 10, 20.0, [Difference("new", 19.5, -0.5, 0.4, 3)]),
+                   Comparison("c", "ko-en", "bleu", 10, 10.0, [Difference("new", 10.0, 0.0, 1.0, 0)])]
+    *_, mean = markdown_table(comparisons, "old").splitlines()
+    assert mean == "| mean |  | primary |  | 20.00 | 20.17 (+0.17, higher on 1 of 3) |"
 
 
 def test_cli_names_a_missing_report(recipe, tmp_path, capsys):

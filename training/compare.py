@@ -12,6 +12,7 @@ set. The reports must score the same sentences (the same ``--limit``).
 The table also counts the sentences each system translates differently from the baseline. sacrebleu's
 randomisation test (after multeval) counts only shuffles that beat the real difference, never those that tie it,
 so a change confined to a few sentences comes out "significant" however small; identical hypotheses get p = 1.
+Its last row is the mean primary metric over the sets and directions, the figure a release is chosen by.
 """
 
 from __future__ import annotations
@@ -111,7 +112,22 @@ def markdown_table(comparisons: Sequence[Comparison], baseline: str) -> str:
     for c in comparisons:
         cells = [f"{d.score:.2f} ({d.delta:+.2f}, {d.p_value:.3f}, {d.changed})" for d in c.differences]
         lines.append("| " + " | ".join([c.set, c.direction, c.metric, str(c.sentences), f"{c.baseline:.2f}", *cells]) + " |")
+    if len(comparisons) > 1:
+        lines.append(mean_row(comparisons))
     return "\n".join(lines)
+
+
+def mean_row(comparisons: Sequence[Comparison]) -> str:
+    """The mean primary metric over the sets and directions (BLEU and chrF alike: the figure releases are chosen
+    by), and on how many of them each system scores above the baseline."""
+    count = len(comparisons)
+    baseline = sum(c.baseline for c in comparisons) / count
+    cells = []
+    for differences in zip(*(c.differences for c in comparisons)):
+        mean = sum(d.score for d in differences) / count
+        higher = sum(d.delta > 0 for d in differences)
+        cells.append(f"{mean:.2f} ({mean - baseline:+.2f}, higher on {higher} of {count})")
+    return "| " + " | ".join(["mean", "", "primary", "", f"{baseline:.2f}", *cells]) + " |"
 
 
 def main(argv: Sequence[str] | None = None) -> list[Comparison]:
