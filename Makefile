@@ -22,6 +22,7 @@ AVERAGE_OUT ?= runs/soup
 ENCODER_LAYERS ?=
 DECODER_LAYERS ?=
 FFN_DIM  ?=
+NEW_UNITS_FROM ?=
 GROW_OUT ?= runs/grown/$(notdir $(MODEL))
 THREADS  ?=
 BENCH_THREADS ?= 2
@@ -89,8 +90,8 @@ cooldown: install  ## fork $(RUN_DIR) at FORK_FROM (its newest checkpoint) into 
 average: install  ## average the last checkpoints of $(RUN_DIR) into $(RUN_DIR)/averaged; MODELS="DIR ..." AVERAGE_OUT=DIR: a soup of runs
 	$(PY) -m training.average $(if $(MODELS),--models $(MODELS) --out $(AVERAGE_OUT),--run-dir $(RUN_DIR))
 
-grow: install  ## $(MODEL) deepened to ENCODER_LAYERS / DECODER_LAYERS and widened to FFN_DIM, silently (translates as before), into GROW_OUT, to warm-start a larger recipe
-	$(PY) -m training.grow --model $(MODEL) --out $(GROW_OUT) $(if $(ENCODER_LAYERS),--encoder-layers $(ENCODER_LAYERS)) $(if $(DECODER_LAYERS),--decoder-layers $(DECODER_LAYERS)) $(if $(FFN_DIM),--ffn-dim $(FFN_DIM))
+grow: install  ## $(MODEL) deepened to ENCODER_LAYERS / DECODER_LAYERS and widened to FFN_DIM, silently (translates as before), into GROW_OUT, to warm-start a larger recipe; NEW_UNITS_FROM=WIDE: new units take WIDE's W₁ rows, to average with WIDE
+	$(PY) -m training.grow --model $(MODEL) --out $(GROW_OUT) $(if $(ENCODER_LAYERS),--encoder-layers $(ENCODER_LAYERS)) $(if $(DECODER_LAYERS),--decoder-layers $(DECODER_LAYERS)) $(if $(FFN_DIM),--ffn-dim $(FFN_DIM)) $(if $(NEW_UNITS_FROM),--new-units-from $(NEW_UNITS_FROM))
 
 release: install  ## publish RELEASE_FROM (default $(RUN_DIR)/best) as models/default, fp16 weights; DECODING_FROM=DIR keeps DIR's decoding defaults
 	$(PY) -m training.release --model $(RELEASE_FROM) --out models/default --run-dir $(RUN_DIR) $(if $(DECODING_FROM),--decoding-from $(DECODING_FROM))

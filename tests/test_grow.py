@@ -1,12 +1,13 @@
 """training.grow: a deepened or widened model computes what the original did, and what it gained can learn."""
 
 import json
+from dataclasses import replace
 
 import pytest
 import torch
 from fixture_model import tiny_config
 
-from nmt.checkpoint import load_model
+from nmt.checkpoint import load_model, save_model
 from nmt.model import FeedForward, Transformer
 from training.grow import GrowthError, copied_layers, grow, main
 
@@ -87,6 +88,23 @@ def test_new_hidden_units_learn_and_deepening_widens_the_copies_too():
     assert ffn.down.weight.grad[:, width:].abs().sum() > 0
 
 
+def test_new_units_can_take_a_wider_models_rows_and_stay_silent():
+    model = trained_like_model()
+    width = model.config.ffn_dim
+    donor = trained_like_model(ffn_dim=3 * width)  # a widened continuation of ``model`` would do; any weights will
+    grown = grow(model, 2, 2, ffn_dim=3 * width, new_units_from=donor).eval()
+    for block, lender in zip(grown.encoder_layers, donor.encoder_layers):
+        torch.testing.assert_close(block.ffn.up.weight[width:], lender.ffn.up.weight[width:])
+        torch.testing.assert_close(block.ffn.up.bias[width:], lender.ffn.up.bias[width:])
+    torch.testing.assert_close(grown.decoder_layers[-1].ffn.up.weight[width:], donor.decoder_layers[-1].ffn.up.weight[width:])
+    assert not grown.decoder_layers[-1].ffn.down.weight[:, width:].any()
+    source, target = random_batch(model.config.vocab_size)
+    with torch.no_grad():
+        torch.testing.assert_close(grown(source, target), model(source, target))
+    with pytest.raises(GrowthError, match="grown shape"):
+        grow(model, 2, 2, ffn_dim=2 * width, new_units_from=donor)
+
+
 def test_post_norm_and_shrinking_are_refused():
     with pytest.raises(GrowthError, match="pre-norm"):
         grow(trained_like_model(pre_norm=False), encoder_layers=3, decoder_layers=2)
@@ -115,6 +133,18 @@ def test_cli_writes_a_model_directory_that_translates_as_before(fixture_model_di
     expected = [t.text for t in fixture_translator.translate(sentences, "ko", "en", options)]
     grown_translator = Translator(grown.model, grown.tokenizer, grown.metadata)
     assert [t.text for t in grown_translator.translate(sentences, "ko", "en", options)] == expected
+
+
+def test_cli_new_units_from_a_model_directory(fixture_model_dir, tmp_path):
+    original = load_model(fixture_model_dir)
+    width = original.model.config.ffn_dim
+    donor = Transformer(replace(original.model.config, ffn_dim=width + 32))
+    save_model(tmp_path / "donor", donor, original.tokenizer, {"name": "donor"})
+    main(["--model", str(fixture_model_dir), "--out", str(tmp_path / "grown"), "--ffn-dim", str(width + 32),
+          "--new-units-from", str(tmp_path / "donor")])
+    grown = load_model(tmp_path / "grown")
+    torch.testing.assert_close(grown.model.encoder_layers[0].ffn.up.weight[width:], donor.encoder_layers[0].ffn.up.weight[width:])
+    assert json.loads((tmp_path / "grown" / "metadata.json").read_text())["grown_from"]["new_units_from"] == str(tmp_path / "donor")
 
 
 def test_cli_reports_a_model_that_cannot_grow(fixture_model_dir, tmp_path):

@@ -16,6 +16,12 @@ Widening gives every feed-forward block more hidden units, the capacity where a 
 words (Geva et al., 2021, "Transformer feed-forward layers are key-value memories"). A new unit reads the input
 through a freshly initialised row of W₁ and writes through a zero column of W₂, so the block's output is unchanged
 in any norm placement; W₂'s new columns learn from the first step, and W₁'s new rows once those have moved.
+
+A widened model trained on can be averaged back with the model it grew from, a WiSE-FT interpolation (Wortsman et al.,
+2022) that keeps some of what the original knew: ``--new-units-from`` gives the grown copy the trained model's W₁ rows
+for its new units (still silent behind zero W₂ columns), so that the two differ only in what training changed:
+    python -m training.grow --model models/default --ffn-dim 2048 --new-units-from runs/wide/best --out runs/grown/base
+    python -m training.average --models runs/grown/base runs/wide/best --out runs/soup
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ from torch import nn
 
 from nmt.attention import MultiHeadAttention
 from nmt.checkpoint import CheckpointError, load_model, save_model
-from nmt.model import FeedForward, Transformer
+from nmt.model import FeedForward, ModelConfig, Transformer
 
 
 class GrowthError(ValueError):
@@ -66,8 +72,9 @@ def deepen(stack: nn.ModuleList, depth: int) -> nn.ModuleList:
     )
 
 
-def widen(ffn: FeedForward, ffn_dim: int) -> None:
-    """Give ``ffn`` ``ffn_dim`` hidden units in place: the new ones read through fresh W₁ rows and write nothing."""
+def widen(ffn: FeedForward, ffn_dim: int, new_units_from: FeedForward | None = None) -> None:
+    """Give ``ffn`` ``ffn_dim`` hidden units in place: the new ones read through fresh W₁ rows (or those of
+    ``new_units_from``, a block of that width) and write nothing."""
     width = ffn.up.out_features
     if ffn_dim < width:
         raise GrowthError(f"cannot narrow a feed-forward block of {width} units to {ffn_dim}")
@@ -76,25 +83,38 @@ def widen(ffn: FeedForward, ffn_dim: int) -> None:
     with torch.no_grad():
         up.weight[:width], up.bias[:width] = ffn.up.weight, ffn.up.bias
         down.weight[:, :width], down.weight[:, width:], down.bias[:] = ffn.down.weight, 0.0, ffn.down.bias
+        if new_units_from is not None:
+            up.weight[width:], up.bias[width:] = new_units_from.up.weight[width:], new_units_from.up.bias[width:]
     ffn.up, ffn.down = up, down
 
 
-def grow(model: Transformer, encoder_layers: int, decoder_layers: int, ffn_dim: int | None = None) -> Transformer:
-    """A copy of ``model`` with the given depths (and feed-forward width) whose outputs equal ``model``'s."""
+def grow(model: Transformer, encoder_layers: int, decoder_layers: int, ffn_dim: int | None = None,
+         new_units_from: Transformer | None = None) -> Transformer:
+    """A copy of ``model`` with the given depths (and feed-forward width) whose outputs equal ``model``'s; with
+    ``new_units_from`` (a model of the grown shape) its new hidden units read through that model's W₁ rows."""
     config = model.config
     deeper = (encoder_layers, decoder_layers) != (config.encoder_layers, config.decoder_layers)
     if deeper and not config.pre_norm:
         raise GrowthError("only a pre-norm model can deepen: a post-norm layer normalises its input even when it adds nothing")
     ffn_dim = ffn_dim or config.ffn_dim
+    grown_config = replace(config, encoder_layers=encoder_layers, decoder_layers=decoder_layers, ffn_dim=ffn_dim)
+    if new_units_from is not None and _shape(new_units_from.config) != _shape(grown_config):
+        raise GrowthError("the model lending its new units' W₁ rows must have the grown shape (d_model, encoder and decoder "
+                          f"layers, feed-forward units) {_shape(grown_config)}, not {_shape(new_units_from.config)}")
     grown = copy.deepcopy(model)
     grown.encoder_layers = deepen(grown.encoder_layers, encoder_layers)
     grown.decoder_layers = deepen(grown.decoder_layers, decoder_layers)
     if ffn_dim != config.ffn_dim:  # a deepening alone keeps the blocks it copied
-        for module in grown.modules():
-            if isinstance(module, FeedForward):
-                widen(module, ffn_dim)
-    grown.config = replace(config, encoder_layers=encoder_layers, decoder_layers=decoder_layers, ffn_dim=ffn_dim)
+        blocks = [m for m in grown.modules() if isinstance(m, FeedForward)]
+        donors = [m for m in new_units_from.modules() if isinstance(m, FeedForward)] if new_units_from else [None] * len(blocks)
+        for block, donor in zip(blocks, donors, strict=True):
+            widen(block, ffn_dim, donor)
+    grown.config = grown_config
     return grown
+
+
+def _shape(config: ModelConfig) -> tuple[int, int, int, int]:
+    return config.d_model, config.encoder_layers, config.decoder_layers, config.ffn_dim
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -105,16 +125,20 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--encoder-layers", type=int, help="the grown encoder's depth (default: unchanged)")
     parser.add_argument("--decoder-layers", type=int, help="the grown decoder's depth (default: unchanged)")
     parser.add_argument("--ffn-dim", type=int, help="hidden units of every feed-forward block (default: unchanged)")
+    parser.add_argument("--new-units-from", type=Path,
+                        help="a model directory of the grown shape whose W₁ rows the new hidden units take, so that the "
+                             "grown model can be averaged with it (default: fresh rows)")
     args = parser.parse_args(argv)
     try:
         loaded = load_model(args.model)
         before = loaded.model.config
+        donor = load_model(args.new_units_from).model if args.new_units_from else None
         grown = grow(loaded.model, args.encoder_layers or before.encoder_layers, args.decoder_layers or before.decoder_layers,
-                     args.ffn_dim)
+                     args.ffn_dim, donor)
     except (GrowthError, CheckpointError) as error:
         raise SystemExit(f"error: {error}") from error
     origin = {"model": str(args.model), "encoder_layers": before.encoder_layers, "decoder_layers": before.decoder_layers,
-              "ffn_dim": before.ffn_dim}
+              "ffn_dim": before.ffn_dim} | ({"new_units_from": str(args.new_units_from)} if args.new_units_from else {})
     save_model(args.out, grown, loaded.tokenizer, {**loaded.metadata, "grown_from": origin})
     print(f"wrote {args.out}: {before.encoder_layers}+{before.decoder_layers} -> "
           f"{grown.config.encoder_layers}+{grown.config.decoder_layers} layers, "
