@@ -19,6 +19,7 @@ DEVICE   ?= auto
 INIT_FROM ?=
 MODELS   ?=
 AVERAGE_OUT ?= runs/soup
+WEIGHTS  ?=
 ENCODER_LAYERS ?=
 DECODER_LAYERS ?=
 FFN_DIM  ?=
@@ -87,8 +88,8 @@ tune-decoding: install  ## choose $(MODEL)'s length penalty and no-repeat n-gram
 cooldown: install  ## fork $(RUN_DIR) at FORK_FROM (its newest checkpoint) into $(RUN_DIR)-cooldown; lr to 0 over COOLDOWN_STEPS
 	$(PY) -m training.train --config $(CONFIG) --run-dir $(RUN_DIR)-cooldown --fork-from $(FORK_FROM) --cooldown-steps $(COOLDOWN_STEPS)
 
-average: install  ## average the last checkpoints of $(RUN_DIR) into $(RUN_DIR)/averaged; MODELS="DIR ..." AVERAGE_OUT=DIR: a soup of runs
-	$(PY) -m training.average $(if $(MODELS),--models $(MODELS) --out $(AVERAGE_OUT),--run-dir $(RUN_DIR))
+average: install  ## average the last checkpoints of $(RUN_DIR) into $(RUN_DIR)/averaged; MODELS="DIR ..." AVERAGE_OUT=DIR: a soup of runs (WEIGHTS="1 3": a weighted one)
+	$(PY) -m training.average $(if $(MODELS),--models $(MODELS) --out $(AVERAGE_OUT) $(if $(WEIGHTS),--weights $(WEIGHTS)),--run-dir $(RUN_DIR))
 
 grow: install  ## $(MODEL) deepened to ENCODER_LAYERS / DECODER_LAYERS and widened to FFN_DIM, silently (translates as before), into GROW_OUT, to warm-start a larger recipe; NEW_UNITS_FROM=WIDE: new units take WIDE's W₁ rows, to average with WIDE
 	$(PY) -m training.grow --model $(MODEL) --out $(GROW_OUT) $(if $(ENCODER_LAYERS),--encoder-layers $(ENCODER_LAYERS)) $(if $(DECODER_LAYERS),--decoder-layers $(DECODER_LAYERS)) $(if $(FFN_DIM),--ffn-dim $(FFN_DIM)) $(if $(NEW_UNITS_FROM),--new-units-from $(NEW_UNITS_FROM))

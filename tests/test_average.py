@@ -76,3 +76,22 @@ def test_cli_averages_model_directories_of_different_runs(fixture_model_dir, tmp
         torch.testing.assert_close(tensor, (first[name] + second[name]) / 2)
     with pytest.raises(SystemExit):
         main(["--models", str(fixture_model_dir), str(other)])  # where to write is not guessed
+
+
+def test_weighted_mean_leans_towards_the_heavier_model(fixture_model_dir, tmp_path):
+    other = save_random_model(tmp_path / "other", fixture_model_dir, seed=3)
+    out = main(["--models", str(fixture_model_dir), str(other), "--weights", "1", "3", "--out", str(tmp_path / "soup")])
+    first, second, soup = weights(fixture_model_dir), weights(other), weights(out)
+    for name, tensor in soup.items():
+        torch.testing.assert_close(tensor, 0.25 * first[name] + 0.75 * second[name])
+    assert json.loads((out / "metadata.json").read_text())["weights"] == [0.25, 0.75]
+
+
+def test_bad_weights_are_refused(fixture_model_dir, tmp_path):
+    with pytest.raises(AveragingError, match="one weight per model"):
+        average_checkpoints([fixture_model_dir, fixture_model_dir], tmp_path / "soup", weights=[1.0])
+    with pytest.raises(AveragingError, match="not all 0"):
+        average_checkpoints([fixture_model_dir, fixture_model_dir], tmp_path / "soup", weights=[0.0, 0.0])
+    with pytest.raises(SystemExit):
+        main(["--run-dir", str(tmp_path), "--weights", "1", "2"])  # weights name models, not a run's last checkpoints
+    assert not (tmp_path / "soup").exists()

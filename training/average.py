@@ -5,6 +5,7 @@
 
 The second form averages model directories of different runs that started from the same weights (a "model
 soup", Wortsman et al., 2022): fine-tuned copies of one model stay close enough in weight space to average.
+``--weights 1 3`` takes a weighted mean instead, a point a quarter of the way from the first model to the second.
 A run directory holds ``checkpoints/step-00001234/`` model directories (plus training state, ignored here)
 and ``best/``. The mean is taken in fp32 over checkpoints that share one config and one tokenizer: weights
 of different shapes cannot be averaged, and weights over different vocabularies must not be.
@@ -27,27 +28,43 @@ class AveragingError(ValueError):
     """Checkpoints that cannot be averaged together."""
 
 
-def average_checkpoints(model_dirs: Sequence[str | Path], out_dir: str | Path) -> Path:
-    """Write the mean of ``model_dirs``' weights as a model directory; metadata follows the last one given."""
+def average_checkpoints(model_dirs: Sequence[str | Path], out_dir: str | Path, weights: Sequence[float] | None = None) -> Path:
+    """Write the mean of ``model_dirs``' weights as a model directory; metadata follows the last one given.
+
+    ``weights`` (one per model, scaled to sum to 1) make it a weighted mean: a point between two models other than
+    their midpoint, e.g. 0.3 / 0.7 to lean towards the second of them.
+    """
     if not model_dirs:
         raise AveragingError("no checkpoints to average")
+    shares = mixing_shares(len(model_dirs), weights)
     model_dirs = [Path(d) for d in model_dirs]
     first = load_model(model_dirs[0])
-    sums = {name: t.float().clone() for name, t in first.model.state_dict().items()}
+    sums = {name: shares[0] * t.float() for name, t in first.model.state_dict().items()}
     metadata = first.metadata
-    for directory in model_dirs[1:]:  # one model in memory besides the sums
+    for directory, share in zip(model_dirs[1:], shares[1:]):  # one model in memory besides the sums
         loaded = load_model(directory)
         if loaded.model.config != first.model.config:
             raise AveragingError(f"{directory} has a different model config from {model_dirs[0]}")
         if loaded.tokenizer.model_proto != first.tokenizer.model_proto:
             raise AveragingError(f"{directory} has a different tokenizer from {model_dirs[0]}")
         for name, tensor in loaded.model.state_dict().items():
-            sums[name] += tensor.float()
+            sums[name] += share * tensor.float()
         metadata = loaded.metadata
     averaged = Transformer(first.model.config)
-    averaged.load_state_dict({name: total / len(model_dirs) for name, total in sums.items()})
-    averaged_from = [str(d.resolve()) for d in model_dirs]
-    return save_model(out_dir, averaged, first.tokenizer, {**metadata, "averaged_from": averaged_from})
+    averaged.load_state_dict(sums)
+    provenance = {"averaged_from": [str(d.resolve()) for d in model_dirs]} | ({"weights": shares} if weights else {})
+    return save_model(out_dir, averaged, first.tokenizer, {**metadata, **provenance})
+
+
+def mixing_shares(count: int, weights: Sequence[float] | None) -> list[float]:
+    """Each model's share of the mean: equal without ``weights``, else the weights scaled to sum to 1."""
+    if weights is None:
+        return [1 / count] * count
+    if len(weights) != count:
+        raise AveragingError(f"{len(weights)} weights for {count} models: give one weight per model")
+    if any(w < 0 for w in weights) or sum(weights) <= 0:
+        raise AveragingError(f"weights must be >= 0 and not all 0, got {list(weights)}")
+    return [w / sum(weights) for w in weights]
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -56,19 +73,23 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     source.add_argument("--run-dir", type=Path, help="training run holding checkpoints/step-*/")
     source.add_argument("--models", type=Path, nargs="+", help="model directories of runs that share a start")
     parser.add_argument("--last", type=int, default=DEFAULT_LAST, help="with --run-dir: average the N checkpoints with the highest steps")
+    parser.add_argument("--weights", type=float, nargs="+",
+                        help="with --models: one weight per model for a weighted mean (scaled to sum to 1; default equal)")
     parser.add_argument("--out", type=Path, help="output model directory (default: RUN_DIR/averaged; needed with --models)")
     args = parser.parse_args(argv)
     if args.last < 1:
         parser.error("--last must be at least 1")
     if args.models and args.out is None:
         parser.error("--models needs --out")
+    if args.weights and not args.models:
+        parser.error("--weights goes with --models")
     return args
 
 
 def main(argv: Sequence[str] | None = None) -> Path:
     args = parse_args(argv)
     if args.models:
-        out_dir = average_checkpoints(args.models, args.out)
+        out_dir = average_checkpoints(args.models, args.out, args.weights)
         print(f"averaged {len(args.models)} models into {out_dir}")
         return out_dir
     checkpoints = checkpoint_dirs(args.run_dir)[-args.last :]
