@@ -62,9 +62,10 @@ def mixing_shares(count: int, weights: Sequence[float] | None) -> list[float]:
         return [1 / count] * count
     if len(weights) != count:
         raise AveragingError(f"{len(weights)} weights for {count} models: give one weight per model")
-    if any(w < 0 for w in weights) or sum(weights) <= 0:
+    total = sum(weights)
+    if any(w < 0 for w in weights) or total <= 0:
         raise AveragingError(f"weights must be >= 0 and not all 0, got {list(weights)}")
-    return [w / sum(weights) for w in weights]
+    return [w / total for w in weights]
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
