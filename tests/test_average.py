@@ -35,7 +35,7 @@ def test_average_is_the_mean_of_weights(fixture_model_dir, tmp_path):
     for name, tensor in mean.items():
         torch.testing.assert_close(tensor, (first[name] + second[name]) / 2)
     metadata = json.loads((averaged / "metadata.json").read_text())
-    assert metadata["averaged_from"] == [str(fixture_model_dir.resolve()), str(other.resolve())]
+    assert metadata["averaged_from"] == [str(fixture_model_dir), str(other)]
     assert metadata["name"] == "random"  # metadata follows the last checkpoint given
 
 

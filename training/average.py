@@ -31,6 +31,9 @@ class AveragingError(ValueError):
 def average_checkpoints(model_dirs: Sequence[str | Path], out_dir: str | Path, weights: Sequence[float] | None = None) -> Path:
     """Write the mean of ``model_dirs``' weights as a model directory; metadata follows the last one given.
 
+    The sources are recorded as given (paths relative to the repository when run from it, as ``released_from``
+    is), so that a released model does not carry the path of the machine it was made on.
+
     ``weights`` (one per model, scaled to sum to 1) make it a weighted mean: a point between two models other than
     their midpoint, e.g. 0.3 / 0.7 to lean towards the second of them.
     """
@@ -52,7 +55,7 @@ def average_checkpoints(model_dirs: Sequence[str | Path], out_dir: str | Path, w
         metadata = loaded.metadata
     averaged = Transformer(first.model.config)
     averaged.load_state_dict(sums)
-    provenance = {"averaged_from": [str(d.resolve()) for d in model_dirs]} | ({"weights": shares} if weights else {})
+    provenance = {"averaged_from": [str(d) for d in model_dirs]} | ({"weights": shares} if weights else {})
     return save_model(out_dir, averaged, first.tokenizer, {**metadata, **provenance})
 
 
