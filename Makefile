@@ -82,8 +82,9 @@ eval: install  ## BLEU/chrF of $(MODEL) on the recipe's dev and test sets, repor
 compare: install  ## paired significance of eval reports: make compare REPORTS="base.json new.json ..." (first = baseline)
 	$(PY) -m training.compare $(REPORTS)
 
-tune-decoding: install  ## choose $(MODEL)'s length penalty and no-repeat n-gram size on the recipe's dev sets (into its metadata.json)
-	$(PY) -m training.tune_decoding --config $(CONFIG) --model $(MODEL) $(if $(TUNE_LIMIT),--limit $(TUNE_LIMIT)) --write
+tune-decoding: install  ## choose $(MODEL)'s length penalty and no-repeat n-gram size on the recipe's dev sets (into its metadata.json); TUNE_SET_WEIGHTS=flores-dev=2,...
+	$(PY) -m training.tune_decoding --config $(CONFIG) --model $(MODEL) $(if $(TUNE_LIMIT),--limit $(TUNE_LIMIT)) \
+	  $(if $(TUNE_SET_WEIGHTS),--set-weights $(TUNE_SET_WEIGHTS)) --write
 
 cooldown: install  ## fork $(RUN_DIR) at FORK_FROM (its newest checkpoint) into $(RUN_DIR)-cooldown; lr to 0 over COOLDOWN_STEPS
 	$(PY) -m training.train --config $(CONFIG) --run-dir $(RUN_DIR)-cooldown --fork-from $(FORK_FROM) --cooldown-steps $(COOLDOWN_STEPS)

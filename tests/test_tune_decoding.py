@@ -13,7 +13,7 @@ from serving.config import Limits
 from serving.stubs import translator_pb2
 from serving.validation import RequestValidator
 from training import evaluate, tune_decoding
-from training.tune_decoding import Setting, Trial, best, loops_in
+from training.tune_decoding import Setting, Trial, best, loops_in, parse_set_weights, weighted_objective
 
 TUNED = {"length_penalty": 0.6, "no_repeat_ngram_size": 3}
 TUNED_EN_KO = {"length_penalty": 2.0}  # en→ko's own α (its n-gram ban is the shared one)
@@ -54,6 +54,29 @@ def test_the_length_penalty_is_chosen_by_the_objective_and_the_ngram_ban_by_loop
     chosen, baseline, trials = tune_decoding.tune(None, [], [], [1.2], [4], 4, None, tolerance=0.1, report=lambda _: None)
     assert [t.setting for t in trials] == [Setting(1.0, 0), Setting(1.2, 0), Setting(1.2, 4)]
     assert chosen.setting == Setting(1.2, 4) and baseline.setting == Setting(1.0, 0)
+
+
+def test_set_weights_weigh_each_sets_primary_metric_in_the_mean():
+    results = [{"set": "flores-dev", "primary_metric": "bleu", "bleu": 8.0},
+               {"set": "python-docs-dev", "primary_metric": "bleu", "bleu": 20.0},
+               {"set": "news-dev", "primary_metric": "chrf", "chrf": 30.0, "bleu": 5.0}]
+    assert weighted_objective(results, {}) == pytest.approx(58 / 3)
+    assert weighted_objective(results, {"flores-dev": 2, "python-docs-dev": 0.5}) == pytest.approx((16 + 10 + 30) / 3.5)
+    assert parse_set_weights("flores-dev=2,python-docs-dev=0.5") == {"flores-dev": 2.0, "python-docs-dev": 0.5}
+
+
+def test_set_weights_reach_the_objective_that_chooses_the_ban(monkeypatch):
+    """Session 28's grid into English: a longer ban wins the plain mean through python-docs-dev and loses flores-dev."""
+    bleu = {0: {"flores-dev": 7.4, "python-docs-dev": 30.0}, 6: {"flores-dev": 7.2, "python-docs-dev": 30.6}}
+    monkeypatch.setattr(tune_decoding, "run_trial", lambda translator, sets, directions, setting, beam, limit, weights: Trial(
+        setting, weighted_objective([{"set": name, "primary_metric": "bleu", "bleu": score}
+                                     for name, score in bleu[setting.no_repeat_ngram_size].items()], weights), 0, []))
+
+    def chosen(weights):
+        return tune_decoding.tune(None, [], [], [], [6], 4, None, tolerance=0.0, set_weights=weights,
+                                  report=lambda _: None)[0].setting
+    assert chosen({}) == Setting(1.0, 6)
+    assert chosen({"python-docs-dev": 0.25}) == Setting(1.0, 0)
 
 
 def test_a_model_without_tuned_defaults_decodes_with_the_library_defaults(fixture_translator):
@@ -112,7 +135,7 @@ def test_each_direction_is_tuned_on_its_own_objective(monkeypatch):
 def test_tuning_writes_each_directions_choice_and_evaluate_uses_it(fixture_model_dir, tiny_recipe, tmp_path, capsys):
     model_dir = shutil.copytree(fixture_model_dir, tmp_path / "model")
     chosen = tune_decoding.main(["--config", str(tiny_recipe), "--model", str(model_dir), "--length-penalties", "0.6",
-                                 "--no-repeat-ngram-sizes", "2", "--write"])
+                                 "--no-repeat-ngram-sizes", "2", "--set-weights", "tiny-dev=2", "--write"])
     assert set(chosen) == {"ko-en", "en-ko"}
     report = json.loads((model_dir / "decoding.json").read_text(encoding="utf-8"))
     for pair, tuning in report["directions"].items():
@@ -120,6 +143,7 @@ def test_tuning_writes_each_directions_choice_and_evaluate_uses_it(fixture_model
         assert tried[:2] == [(1.0, 0), (0.6, 0)] and tried[-1][1] == 2  # the library default first, the ban last
         assert {(r["set"], r["direction"]) for t in tuning["trials"] for r in t["results"]} == {("tiny-dev", pair)}  # dev sets only
     decoding = json.loads((model_dir / "metadata.json").read_text(encoding="utf-8"))["decoding"]
+    assert decoding["chosen_on"]["set_weights"] == report["set_weights"] == {"tiny-dev": 2.0}
     for pair, setting in chosen.items():
         written = decoding["directions"][pair]
         assert (written["length_penalty"], written["no_repeat_ngram_size"]) == (setting.length_penalty, setting.no_repeat_ngram_size)
@@ -135,3 +159,10 @@ def test_tuning_writes_each_directions_choice_and_evaluate_uses_it(fixture_model
 def test_tuning_refuses_test_sets(fixture_model_dir, tiny_recipe):
     with pytest.raises(SystemExit):
         tune_decoding.main(["--config", str(tiny_recipe), "--model", str(fixture_model_dir), "--sets", "tiny-test"])
+
+
+@pytest.mark.parametrize("weights", ["tiny-test=2", "tiny-dev=0", "tiny-dev", "tiny-dev=-1"])
+def test_tuning_refuses_weights_it_cannot_use(fixture_model_dir, tiny_recipe, weights, capsys):
+    with pytest.raises(SystemExit):
+        tune_decoding.main(["--config", str(tiny_recipe), "--model", str(fixture_model_dir), "--set-weights", weights])
+    assert "--set-weights" in capsys.readouterr().err
