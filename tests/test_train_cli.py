@@ -171,3 +171,11 @@ def test_warm_starting_from_another_vocabulary_is_refused(prepared, tmp_path, fi
     assert f"cannot warm-start from {fixture_model_dir}" in result.stderr
     assert "the vocabularies differ" in result.stderr or "vocab_size" in result.stderr
     assert not (run_dir / "checkpoints" / "step-00000040").exists()
+
+
+def test_an_unprepared_run_directory_is_refused_with_the_command_that_prepares_it(tmp_path):
+    run_dir = tmp_path / "unprepared"
+    result = subprocess.run([sys.executable, *train_command(run_dir)], cwd=ROOT, env=environment(),
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    assert f"{run_dir} is not prepared" in result.stderr and "training.prepare" in result.stderr

@@ -108,6 +108,9 @@ def main(argv: list[str] | None = None) -> None:
     torch.manual_seed(config.seed)
 
     run_dir = args.run_dir
+    if not ((run_dir / "spm.model").is_file() and (run_dir / "data" / "train").is_dir()):
+        raise SystemExit(f"error: {run_dir} is not prepared: run `python -m training.prepare --config {args.config} "
+                         f"--run-dir {run_dir}` (`make data`) first")
     tokenizer = Tokenizer.load(run_dir / "spm.model")
     train = load_from_disk(str(run_dir / "data" / "train"))
     model_config = ModelConfig(vocab_size=tokenizer.vocab_size, pad_id=tokenizer.pad_id, **recipe.model)
