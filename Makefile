@@ -47,7 +47,7 @@ BT_THREADS ?= 2
 LAUNCH   = $(if $(filter 1,$(NPROC)),$(PY),$(VENV)/bin/torchrun --standalone --nproc_per_node=$(NPROC))
 export DATA_DIR BT_DIR HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1
 
-.PHONY: help install proto test data train cooldown backtranslate eval compare average grow release serve translate plot-attention bench bench-decode bench-serve bench-train bench-profile bench-kernel-cache bench-continuous soak tune-decoding gpu-carry gpu-check clean
+.PHONY: help install proto test data train cooldown backtranslate eval compare speech-levels average grow release serve translate plot-attention bench bench-decode bench-serve bench-train bench-profile bench-kernel-cache bench-continuous soak tune-decoding gpu-carry gpu-check clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -81,6 +81,9 @@ eval: install  ## BLEU/chrF of $(MODEL) on the recipe's dev and test sets, repor
 
 compare: install  ## paired significance of eval reports: make compare REPORTS="base.json new.json ..." (first = baseline)
 	$(PY) -m training.compare $(REPORTS)
+
+speech-levels: install  ## formal/polite/plain endings of translations into Korean against their references: make speech-levels REPORTS="a.json ..."
+	$(PY) -m training.speech_levels $(REPORTS)
 
 tune-decoding: install  ## choose $(MODEL)'s length penalty and no-repeat n-gram size on the recipe's dev sets (into its metadata.json); TUNE_SET_WEIGHTS=flores-dev=2,...
 	$(PY) -m training.tune_decoding --config $(CONFIG) --model $(MODEL) $(if $(TUNE_LIMIT),--limit $(TUNE_LIMIT)) \
