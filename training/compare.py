@@ -20,7 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,31 +61,54 @@ def load_report(path: Path) -> dict:
     return report
 
 
+@dataclass
+class ScoredSet:
+    """One set and direction that every report scored: the first report's result, the references, and each
+    report's hypotheses by its name."""
+
+    name: str
+    direction: str
+    result: dict
+    references: list[str]
+    systems: list[tuple[str, list[str]]]
+
+    @property
+    def target_lang(self) -> str:
+        return self.direction.split("-")[1]
+
+
+def scored_sets(reports: Sequence[tuple[str, dict]]) -> Iterator[ScoredSet]:
+    """The (set, direction) pairs every report scored, in the first report's order, with the references of the
+    recipe the first report names and every report's hypotheses read back from its files."""
+    (_, first_report), *_ = reports
+    limits = {json.dumps(report["limit"]) for _, report in reports}
+    if len(limits) > 1:
+        raise ValueError(f"the reports score different numbers of lines (limits {', '.join(sorted(limits))})")
+    recipe = load_recipe(first_report["recipe"]["config"])
+    prefixes = {s.name: s.prefix for s in evaluation_sets(recipe)}
+    by_key = [{(r["set"], r["direction"]): r for r in report["results"]} for _, report in reports]
+    for key, result in by_key[0].items():
+        if not all(key in results for results in by_key[1:]):
+            continue
+        set_name, direction = key
+        source_lang, target_lang = direction.split("-")
+        _, references = read_parallel(prefixes[set_name], source_lang, target_lang, first_report["limit"])
+        systems = [(name, read_lines(Path(results[key]["hypotheses"]))) for (name, _), results in zip(reports, by_key)]
+        yield ScoredSet(set_name, direction, result, references, systems)
+
+
 def compare(reports: Sequence[tuple[str, dict]], test: str = "ar", samples: int = 0) -> list[Comparison]:
     """One comparison per (set, direction) scored by every report, in the baseline's order.
 
     sacrebleu seeds its resampling with 12345 (or ``SACREBLEU_SEED``), so a rerun gives the same p-values.
     """
-    (_, baseline), *_ = reports
-    limits = {json.dumps(report["limit"]) for _, report in reports}
-    if len(limits) > 1:
-        raise ValueError(f"the reports score different numbers of lines (limits {', '.join(sorted(limits))})")
-    recipe = load_recipe(baseline["recipe"]["config"])
-    prefixes = {s.name: s.prefix for s in evaluation_sets(recipe)}
-    by_key = [{(r["set"], r["direction"]): r for r in report["results"]} for _, report in reports]
     comparisons = []
-    for key, first in by_key[0].items():
-        if not all(key in results for results in by_key[1:]):
-            continue
-        set_name, direction = key
-        source_lang, target_lang = direction.split("-")
-        _, references = read_parallel(prefixes[set_name], source_lang, target_lang, baseline["limit"])
-        systems = [(name, read_lines(Path(results[key]["hypotheses"]))) for (name, _), results in zip(reports, by_key)]
-        metric = first["primary_metric"]
-        scorer = bleu_metric(target_lang, _bleu_tokenizer(first["bleu_signature"])) if metric == "bleu" else CHRF()
-        _, scores = PairedTest(systems, {metric: scorer}, [references], test_type=test, n_samples=samples)()
+    for scored in scored_sets(reports):
+        systems, metric = scored.systems, scored.result["primary_metric"]
+        scorer = bleu_metric(scored.target_lang, _bleu_tokenizer(scored.result["bleu_signature"])) if metric == "bleu" else CHRF()
+        _, scores = PairedTest(systems, {metric: scorer}, [scored.references], test_type=test, n_samples=samples)()
         (base, *others), = (column for name, column in scores.items() if name != "System")  # keyed "BLEU" or "chrF2"
-        comparisons.append(Comparison(set_name, direction, metric, len(references), base.score, [
+        comparisons.append(Comparison(scored.name, scored.direction, metric, len(scored.references), base.score, [
             difference(name, result, base.score, hypotheses, systems[0][1]) for (name, hypotheses), result in zip(systems[1:], others)
         ]))
     return comparisons

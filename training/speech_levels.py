@@ -19,9 +19,8 @@ from pathlib import Path
 from sacrebleu.metrics import CHRF
 
 from nmt.speech_level import SpeechLevel, speech_level, to_formal
-from training.compare import load_report
-from training.evaluate import EvaluationError, evaluation_sets, read_lines, read_parallel
-from training.recipe import load_recipe
+from training.compare import load_report, scored_sets
+from training.evaluate import EvaluationError
 
 
 @dataclass
@@ -53,21 +52,9 @@ def set_levels(references: list[str], systems: Sequence[tuple[str, list[str]]]) 
 
 
 def report_levels(reports: Sequence[tuple[str, dict]]) -> dict[str, list[LevelCounts]]:
-    """Per set scored into Korean by the first report (and by all the others), its rows of :func:`set_levels`."""
-    (_, first), *_ = reports
-    recipe = load_recipe(first["recipe"]["config"])
-    prefixes = {s.name: s.prefix for s in evaluation_sets(recipe)}
-    by_key = [{(r["set"], r["direction"]): r for r in report["results"]} for _, report in reports]
-    tables = {}
-    for (set_name, direction) in by_key[0]:
-        source_lang, target_lang = direction.split("-")
-        if target_lang != "ko" or not all((set_name, direction) in results for results in by_key[1:]):
-            continue
-        _, references = read_parallel(prefixes[set_name], source_lang, target_lang, first["limit"])
-        systems = [(name, read_lines(Path(results[set_name, direction]["hypotheses"])))
-                   for (name, _), results in zip(reports, by_key)]
-        tables[f"{set_name} {direction}"] = set_levels(references, systems)
-    return tables
+    """Per set every report scored into Korean, its rows of :func:`set_levels`."""
+    return {f"{scored.name} {scored.direction}": set_levels(scored.references, scored.systems)
+            for scored in scored_sets(reports) if scored.target_lang == "ko"}
 
 
 def markdown_table(tables: dict[str, list[LevelCounts]]) -> str:
@@ -90,7 +77,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, list[LevelCounts]]:
         parser.error(f"no such report: {', '.join(missing)}")
     try:
         tables = report_levels([(path.stem, load_report(path)) for path in args.reports])
-    except EvaluationError as error:
+    except ValueError as error:  # hypotheses that do not line up with the references; reports of unequal limits
         parser.error(str(error))
     if not tables:
         raise SystemExit("error: the reports have no set scored into Korean in common")
