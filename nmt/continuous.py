@@ -82,8 +82,7 @@ class ContinuousTranslation:
         """Queue a request's texts; their sentences join the search at the next steps. ``key`` must be new."""
         sentences = [split_sentences(text) for text in texts]
         flat = [sentence for group in sentences for sentence in group]
-        tokenizer, limit = self.translator.tokenizer, self.translator.max_source_tokens
-        ids = [tokenizer.source_ids(sentence, self.target_lang, limit) for sentence in flat]
+        ids = [self.translator.encode_source(sentence, self.target_lang, self.options) for sentence in flat]
         request = self._requests[key] = _Request(key, sentences, [[] for _ in flat], len(flat))
         self._waiting.extend(_Waiting(request, i, sentence_ids) for i, sentence_ids in enumerate(ids))
 

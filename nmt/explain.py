@@ -98,14 +98,15 @@ def explain(translator: Translator, text: str, source_lang: str, target_lang: st
     sentences = split_sentences(text)
     hypotheses = translator.translate_sentences(sentences, target_lang, options)
     translation = translator.join_sentences(sentences, hypotheses, target_lang, options)
-    return Explanation(translation, [attend(translator, s, nbest[0], target_lang) for s, nbest in zip(sentences, hypotheses)])
+    return Explanation(translation, [attend(translator, s, nbest[0], target_lang, options) for s, nbest in zip(sentences, hypotheses)])
 
 
 @torch.inference_mode()
-def attend(translator: Translator, sentence: str, hypothesis: Hypothesis, target_lang: str) -> SentenceAttention:
-    """The teacher-forced pass over one sentence and its chosen hypothesis."""
+def attend(translator: Translator, sentence: str, hypothesis: Hypothesis, target_lang: str,
+           options: SearchOptions) -> SentenceAttention:
+    """The teacher-forced pass over one sentence and its chosen hypothesis, from the source ``options`` encoded."""
     tokenizer, model, device = translator.tokenizer, translator.inference_model, translator.device
-    source_ids = tokenizer.source_ids(sentence, target_lang, translator.max_source_tokens)
+    source_ids = translator.encode_source(sentence, target_lang, options)
     decoder_input = [tokenizer.bos_id, *hypothesis.tokens]
     record = AttentionRecord()
     memory, memory_mask = model.encode(torch.tensor([source_ids], device=device), record)

@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from nmt.model import DecoderCache, Transformer
+from nmt.speech_level import REQUESTABLE_LEVELS
 
 
 @dataclass
@@ -31,6 +32,8 @@ class SearchOptions:
     no_repeat_ngram_size: int = 0
     return_attention: bool = False
     banned_ids: tuple[int, ...] = ()  # never predicted, like PAD and BOS (the tokenizer's <bt> tag)
+    # asked of a translation into Korean: nmt.translator tags the source with it; the search itself never reads it
+    speech_level: str | None = None
 
     def __post_init__(self) -> None:
         if self.beam_size < 1:
@@ -43,6 +46,9 @@ class SearchOptions:
             raise ValueError(f"min_length must be ≥ 0, got {self.min_length}")
         if self.no_repeat_ngram_size < 0:
             raise ValueError("no_repeat_ngram_size must be ≥ 0")
+        levels = [level.value for level in REQUESTABLE_LEVELS]
+        if self.speech_level is not None and self.speech_level not in levels:
+            raise ValueError(f"speech_level must be one of {', '.join(levels)}, got {self.speech_level!r}")
 
 
 @dataclass

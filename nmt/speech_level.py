@@ -30,6 +30,11 @@ class SpeechLevel(str, Enum):
     OTHER = "other"  # informal 해체, plain questions and commands, fragments, titles, text that is not Korean
 
 
+# The levels a translation into Korean can be asked for (a tag on the source, nmt.tokenizer.level_tag): the three
+# that a sentence's ending names. OTHER is what is left over, not a register anyone asks for.
+REQUESTABLE_LEVELS = (SpeechLevel.FORMAL, SpeechLevel.POLITE, SpeechLevel.PLAIN)
+
+
 def is_syllable(char: str) -> bool:
     return 0 <= ord(char) - FIRST_SYLLABLE < SYLLABLES
 

@@ -11,6 +11,11 @@ Tokenizers trained here also reserve ``<bt>``, which marks a back-translated (sy
 (Caswell et al., 2019, "Tagged Back-Translation"). Tokenizers trained before it existed have no such piece
 (``bt_id`` is None) and work exactly as before; :meth:`Tokenizer.with_control_pieces` appends the piece to one,
 so a model trained with it can keep training on tagged data (``training.state.warm_start`` grows its embedding).
+
+A recipe may also ask for speech-level tags, ``<formal>``, ``<polite>`` and ``<plain>``: a side constraint on a
+source to be translated into Korean that names the level of the target's ending (Sennrich et al., 2016,
+"Controlling Politeness in Neural Machine Translation via Side Constraints"). They too are control pieces, added
+only when asked for, so a tokenizer without them stays valid and :attr:`Tokenizer.speech_levels` is empty.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import sentencepiece as spm
 from sentencepiece import sentencepiece_model_pb2
 
 from nmt.normalize import normalize
+from nmt.speech_level import REQUESTABLE_LEVELS
 
 PAD, UNK, BOS, EOS = "<pad>", "<unk>", "<s>", "</s>"
 BACK_TRANSLATION_TAG = "<bt>"
@@ -33,6 +39,13 @@ _TAG = re.compile(r"<2([a-z]{2,3})>")
 
 def language_tag(lang: str) -> str:
     return f"<2{lang}>"
+
+
+def level_tag(level: str) -> str:
+    return f"<{level}>"
+
+
+SPEECH_LEVEL_TAGS = tuple(level_tag(level.value) for level in REQUESTABLE_LEVELS)
 
 
 @dataclass
@@ -61,16 +74,31 @@ class Tokenizer:
             for match in (_TAG.fullmatch(self.sp.id_to_piece(i)) for i in range(self.sp.get_piece_size()))
             if match
         ]
-        bt_id = self.sp.piece_to_id(BACK_TRANSLATION_TAG)  # unknown pieces map to <unk>
-        self.bt_id: int | None = bt_id if bt_id != self.unk_id else None
+        self.bt_id = self._control_id(BACK_TRANSLATION_TAG)
+        # level → id of its tag, for the speech levels this tokenizer can ask of a Korean translation
+        tag_ids = ((level.value, self._control_id(level_tag(level.value))) for level in REQUESTABLE_LEVELS)
+        self.level_ids: dict[str, int] = {level: tag_id for level, tag_id in tag_ids if tag_id is not None}
+
+    def _control_id(self, piece: str) -> int | None:
+        piece_id = self.sp.piece_to_id(piece)  # unknown pieces map to <unk>
+        return piece_id if piece_id != self.unk_id else None
+
+    @property
+    def speech_levels(self) -> list[str]:
+        """The speech levels a source can ask for (``source_ids(level=...)``); empty for a tokenizer without the tags."""
+        return list(self.level_ids)
 
     @property
     def never_generated(self) -> tuple[int, ...]:
-        """Ids no translation may contain: PAD, BOS, and the ``<bt>`` tag that marks synthetic training sources."""
-        return (self.pad_id, self.bos_id, *(() if self.bt_id is None else (self.bt_id,)))
+        """Ids no translation may contain: PAD, BOS, and the source-side tags (``<bt>``, speech levels)."""
+        tags = ((self.bt_id,) if self.bt_id is not None else ()) + tuple(self.level_ids.values())
+        return (self.pad_id, self.bos_id, *tags)
 
     @classmethod
-    def train(cls, texts: Iterable[str], config: TokenizerConfig = TokenizerConfig()) -> Tokenizer:
+    def train(cls, texts: Iterable[str], config: TokenizerConfig = TokenizerConfig(),
+              control_pieces: Sequence[str] = ()) -> Tokenizer:
+        """A new SentencePiece model; ``control_pieces`` (e.g. :data:`SPEECH_LEVEL_TAGS`) are reserved beside the
+        language tags and ``<bt>``."""
         model = io.BytesIO()
         spm.SentencePieceTrainer.train(
             sentence_iterator=(normalize(t) for t in texts),
@@ -83,7 +111,7 @@ class Tokenizer:
             pad_id=0, unk_id=1, bos_id=2, eos_id=3,
             pad_piece=PAD, unk_piece=UNK, bos_piece=BOS, eos_piece=EOS,
             # Control symbols, unlike user-defined ones, never match input text: typing "<2ko>" cannot pick the language.
-            control_symbols=[*(language_tag(lang) for lang in config.languages), BACK_TRANSLATION_TAG],
+            control_symbols=[*(language_tag(lang) for lang in config.languages), BACK_TRANSLATION_TAG, *control_pieces],
             input_sentence_size=config.input_sentence_size,
             shuffle_input_sentence=True,
             hard_vocab_limit=False,
@@ -94,14 +122,16 @@ class Tokenizer:
         return cls(model.getvalue())
 
     @classmethod
-    def build(cls, texts: Iterable[str], config: TokenizerConfig = TokenizerConfig()) -> Tokenizer:
-        """The tokenizer a recipe asks for: ``config.reuse``'s (given the <bt> piece), else one trained on ``texts``.
+    def build(cls, texts: Iterable[str], config: TokenizerConfig = TokenizerConfig(),
+              control_pieces: Sequence[str] = ()) -> Tokenizer:
+        """The tokenizer a recipe asks for: ``config.reuse``'s (given the <bt> piece and ``control_pieces``), else
+        one trained on ``texts``.
 
         Reusing a released model's tokenizer lets a new run start from that model's weights with new data.
         """
         if config.reuse is None:
-            return cls.train(texts, config)
-        tokenizer = cls.load(config.reuse).with_control_pieces([BACK_TRANSLATION_TAG])
+            return cls.train(texts, config, control_pieces)
+        tokenizer = cls.load(config.reuse).with_control_pieces([BACK_TRANSLATION_TAG, *control_pieces])
         missing = [lang for lang in config.languages if lang not in tokenizer.languages]
         if missing:
             raise ValueError(f"{config.reuse} has no language tag for {', '.join(missing)}")
@@ -145,21 +175,31 @@ class Tokenizer:
             raise ValueError(f"language {lang!r} is not in this tokenizer (it has {', '.join(self.languages)})")
         return self.sp.piece_to_id(language_tag(lang))
 
-    def source_ids(self, text: str, target_lang: str, max_tokens: int | None = None, tagged: bool = False) -> list[int]:
+    def source_ids(
+        self, text: str, target_lang: str, max_tokens: int | None = None, tagged: bool = False, level: str | None = None
+    ) -> list[int]:
         """``<2xx> tokens </s>``: the encoder input asking for a translation into ``target_lang``.
 
-        ``tagged`` marks a synthetic source: ``<2xx> <bt> tokens </s>``. The language tag stays first, so position 0
-        means the same thing in every source and an untagged source is exactly what older models were trained on.
+        ``tagged`` marks a synthetic source: ``<2xx> <bt> tokens </s>``; ``level`` asks for a speech level:
+        ``<2ko> <formal> tokens </s>``. The language tag stays first, so position 0 means the same thing in every
+        source and an untagged source is exactly what older models were trained on.
         """
         prefix = [self.language_id(target_lang)]
         if tagged:
             if self.bt_id is None:
                 raise ValueError(f"this tokenizer has no {BACK_TRANSLATION_TAG} piece: retrain it to tag sources")
             prefix.append(self.bt_id)
+        if level is not None:
+            prefix.append(self.level_id(level))
         ids = self.encode(text)
         if max_tokens is not None:
             ids = ids[: max_tokens - len(prefix) - 1]
         return [*prefix, *ids, self.eos_id]
+
+    def level_id(self, level: str) -> int:
+        if level not in self.level_ids:
+            raise ValueError(f"this tokenizer has no {level_tag(level)} piece (its speech levels: {self.speech_levels})")
+        return self.level_ids[level]
 
     def target_ids(self, text: str, max_tokens: int | None = None) -> list[int]:
         """``<s> tokens </s>``: the decoder sequence; inputs are ``[:-1]``, labels ``[1:]``."""

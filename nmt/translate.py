@@ -2,6 +2,7 @@
 
     python -m nmt.translate --source-lang ko --target-lang en < input.ko > output.en
     python -m nmt.translate --source-lang ko --target-lang en --int8 < input.ko > output.en   # quantised, faster
+    python -m nmt.translate --source-lang en --target-lang ko --speech-level formal < input.en > output.ko
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import argparse
 import sys
 
 from nmt.budget import decoding_budget
+from nmt.speech_level import REQUESTABLE_LEVELS
 from nmt.translator import DEFAULT_MODEL_DIR, TUNED_OPTIONS, Translator
 
 
@@ -21,8 +23,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--beam-size", type=int, default=4)
     parser.add_argument("--batch-size", type=int,
                         help="lines read and translated together (default: 64 on a CPU, 4096 on a GPU; nmt.budget)")
-    parser.add_argument("--length-penalty", type=float, help="score = log P / length^α (default: the model's)")
-    parser.add_argument("--no-repeat-ngram-size", type=int, help="ban repeating n-grams of this size (default: the model's)")
+    add_tuned_options(parser)
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     precision = parser.add_mutually_exclusive_group()
     precision.add_argument("--int8", dest="precision", action="store_const", const="int8", default="fp32",
@@ -30,6 +31,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     precision.add_argument("--bf16", dest="precision", action="store_const", const="bf16",
                            help="bfloat16 weights and products: faster on CPUs with AVX-512-BF16/AMX and on GPUs")
     return parser.parse_args(argv)
+
+
+def add_tuned_options(parser: argparse.ArgumentParser) -> None:
+    """The options a model directory sets defaults for (``TUNED_OPTIONS``), each overridable on the command line."""
+    parser.add_argument("--length-penalty", type=float, help="score = log P / length^α (default: the model's)")
+    parser.add_argument("--no-repeat-ngram-size", type=int, help="ban repeating n-grams of this size (default: the model's)")
+    parser.add_argument("--speech-level", choices=[level.value for level in REQUESTABLE_LEVELS],
+                        help="the speech level of a translation into Korean, for a model trained with level tags "
+                             "(default: the model's, else none asked)")
 
 
 def given_options(args: argparse.Namespace) -> dict:

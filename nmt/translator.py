@@ -22,7 +22,7 @@ DEFAULT_MODEL_DIR = Path(__file__).resolve().parent.parent / "models" / "default
 # How a batch is decoded: nmt.search.search (beam or greedy), or nmt.sampling.sample with its options bound.
 # SearchOptions fields a model directory may set defaults for in metadata.json's "decoding" (training.tune_decoding):
 # for every pair at its top level, and for one pair under "directions" → "ko-en", which wins.
-TUNED_OPTIONS = ("length_penalty", "no_repeat_ngram_size")
+TUNED_OPTIONS = ("length_penalty", "no_repeat_ngram_size", "speech_level")
 Strategy = Callable[[Transformer, torch.Tensor, int, int, SearchOptions], list[list[Hypothesis]]]
 
 
@@ -36,6 +36,10 @@ def resolve_device(device: str) -> torch.device:
 
 
 class UnsupportedLanguagePair(ValueError):
+    pass
+
+
+class UnsupportedSpeechLevel(ValueError):
     pass
 
 
@@ -106,9 +110,22 @@ class Translator:
         return self.model.config.max_positions // 2
 
     def default_options(self, source_lang: str, target_lang: str, **overrides) -> SearchOptions:
-        """Search options with this model's tuned defaults for the pair (length penalty, n-gram ban) under ``overrides``."""
+        """Search options with this model's tuned defaults for the pair (length penalty, n-gram ban, speech level)
+        under ``overrides``."""
         self.check_pair(source_lang, target_lang)
-        return SearchOptions(**{**self.decoding_defaults[source_lang, target_lang], **overrides})
+        options = SearchOptions(**{**self.decoding_defaults[source_lang, target_lang], **overrides})
+        self.check_speech_level(target_lang, options.speech_level)
+        return options
+
+    def check_speech_level(self, target_lang: str, level: str | None) -> None:
+        """A level is asked only of translations into Korean, and only of a model trained with its tag."""
+        if level is None:
+            return
+        if target_lang != "ko":
+            raise UnsupportedSpeechLevel(f"a speech level is chosen for translations into Korean, not into {target_lang!r}")
+        if level not in self.tokenizer.speech_levels:
+            known = f"it knows {', '.join(self.tokenizer.speech_levels)}" if self.tokenizer.speech_levels else "it was trained without speech-level tags"
+            raise UnsupportedSpeechLevel(f"speech level {level!r} cannot be asked of this model ({known})")
 
     def check_pair(self, source_lang: str, target_lang: str) -> None:
         if (source_lang, target_lang) not in self.language_pairs:
@@ -139,13 +156,19 @@ class Translator:
         self, sentences: Sequence[str], target_lang: str, options: SearchOptions, strategy: Strategy | None = None
     ) -> list[list[Hypothesis]]:
         """n-best lists for single sentences, decoded in length-sorted batches of at most ``max_batch_tokens``."""
-        encoded = [self.tokenizer.source_ids(s, target_lang, self.max_source_tokens) for s in sentences]
+        self.check_speech_level(target_lang, options.speech_level)
+        encoded = [self.encode_source(s, target_lang, options) for s in sentences]
         order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
         results: list[list[Hypothesis]] = [[] for _ in encoded]
         for batch in self._batches(order, encoded, options.beam_size):
             for i, nbest in zip(batch, self.search_ids([encoded[i] for i in batch], options, strategy)):
                 results[i] = nbest
         return results
+
+    def encode_source(self, sentence: str, target_lang: str, options: SearchOptions) -> list[int]:
+        """The encoder input for one sentence: its target-language tag, the speech level ``options`` ask for, its
+        tokens cut to the model's source length, EOS."""
+        return self.tokenizer.source_ids(sentence, target_lang, self.max_source_tokens, level=options.speech_level)
 
     def search_ids(
         self, sources: Sequence[Sequence[int]], options: SearchOptions, strategy: Strategy | None = None
@@ -200,12 +223,13 @@ class Translator:
             )
             for k in range(options.nbest)
         ]
-        attention = self._attention(sentences, hypotheses, target_lang) if options.return_attention else None
+        attention = self._attention(sentences, hypotheses, target_lang, options) if options.return_attention else None
         return Translation(best, candidates, attention)
 
-    def _attention(self, sentences: list[str], hypotheses: list[list[Hypothesis]], target_lang: str) -> Attention:
+    def _attention(self, sentences: list[str], hypotheses: list[list[Hypothesis]], target_lang: str,
+                   options: SearchOptions) -> Attention:
         """Block-diagonal attention over all sentences of a text (each sentence attends only to its source)."""
-        source_ids = [self.tokenizer.source_ids(s, target_lang, self.max_source_tokens) for s in sentences]
+        source_ids = [self.encode_source(s, target_lang, options) for s in sentences]
         target_ids = [nbest[0].tokens + [self.tokenizer.eos_id] for nbest in hypotheses]
         width = sum(len(ids) for ids in source_ids)
         weights: list[list[float]] = []

@@ -3,6 +3,7 @@
     python -m serving.client --source-lang ko --target-lang en "나는 학생입니다."     # Translate
     python -m serving.client --source-lang ko --target-lang en "첫째." "둘째."        # TranslateBatch
     python -m serving.client --source-lang ko --target-lang en < input.ko            # TranslateStream, a line each
+    python -m serving.client --source-lang en --target-lang ko --speech-level polite "Thank you."
     python -m serving.client --info                                                  # GetModelInfo
 
 Prints one translation per line, or whole responses as JSON with --json.
@@ -19,6 +20,7 @@ import grpc
 from google.protobuf.json_format import MessageToJson
 from google.protobuf.message import Message
 
+from nmt.speech_level import REQUESTABLE_LEVELS
 from serving.stubs import translator_pb2, translator_pb2_grpc
 
 
@@ -31,6 +33,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--target-lang", default="en")
     parser.add_argument("--beam-size", type=int, help="default: the server's")
     parser.add_argument("--nbest", type=int, help="hypotheses per text (with --json)")
+    parser.add_argument("--speech-level", choices=[level.value for level in REQUESTABLE_LEVELS],
+                        help="speech level of a translation into Korean, if the model has level tags (see --info)")
     parser.add_argument("--attention", action="store_true", help="ask for the attention matrix (with --json)")
     parser.add_argument("--json", action="store_true", help="print whole responses as JSON")
     parser.add_argument("--info", action="store_true", help="print what the server translates and exit")
@@ -52,6 +56,8 @@ def decoding_options(args: argparse.Namespace) -> translator_pb2.DecodingOptions
         options.beam_size = args.beam_size
     if args.nbest is not None:
         options.nbest = args.nbest
+    if args.speech_level is not None:
+        options.speech_level = args.speech_level
     return options
 
 

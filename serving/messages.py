@@ -39,6 +39,7 @@ def model_info_message(translator: Translator, limits: Limits) -> translator_pb2
         decoder_layers=config.decoder_layers,
         device=str(translator.device),
         precision=translator.precision,
+        speech_levels=translator.tokenizer.speech_levels,
         limits=translator_pb2.ServingLimits(
             max_text_chars=limits.max_text_chars,
             max_text_tokens=limits.max_text_tokens,

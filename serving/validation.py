@@ -14,7 +14,9 @@ from serving.errors import InvalidRequest
 from serving.stubs import translator_pb2
 
 # DecodingOptions fields, all named as in SearchOptions; unset ones keep the model's defaults (Translator.default_options).
-_OPTIONAL_SEARCH_FIELDS = ("beam_size", "nbest", "max_len_a", "max_len_b", "length_penalty", "no_repeat_ngram_size")
+_OPTIONAL_SEARCH_FIELDS = (
+    "beam_size", "nbest", "max_len_a", "max_len_b", "length_penalty", "no_repeat_ngram_size", "speech_level",
+)
 
 
 class RequestValidator:
@@ -41,18 +43,19 @@ class RequestValidator:
         except UnsupportedLanguagePair as error:
             raise InvalidRequest(str(error)) from error
         search_options = self.search_options(options, source_lang, target_lang)
-        tokens = sum(self._count_tokens(text, name, target_lang) for text, name in zip(texts, names))
+        tokens = sum(self._count_tokens(text, name, target_lang, search_options.speech_level)
+                     for text, name in zip(texts, names))
         return Job(tuple(texts), source_lang, target_lang, search_options, tokens)
 
-    def _count_tokens(self, text: str, name: str, target_lang: str) -> int:
-        """Source tokens of a text, sentence by sentence, as the translator will encode it."""
+    def _count_tokens(self, text: str, name: str, target_lang: str, level: str | None) -> int:
+        """Source tokens of a text, sentence by sentence, as the translator will encode it (with the level's tag)."""
         if not text.strip():
             raise InvalidRequest(f"{name} is empty or only whitespace")
         if len(text) > self.limits.max_text_chars:
             raise InvalidRequest(f"{name} has {len(text)} characters; the limit is {self.limits.max_text_chars}")
         sentence_limit, total = self.translator.max_source_tokens, 0
         for number, sentence in enumerate(split_sentences(text), start=1):
-            tokens = len(self.translator.tokenizer.source_ids(sentence, target_lang))
+            tokens = len(self.translator.tokenizer.source_ids(sentence, target_lang, level=level))
             if tokens > sentence_limit:
                 raise InvalidRequest(f"sentence {number} of {name} has {tokens} tokens; the model reads at most "
                                      f"{sentence_limit} per sentence (split it into shorter sentences)")

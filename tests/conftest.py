@@ -11,7 +11,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # The test models are tiny: one thread is as fast as two and leaves the other core to whatever runs beside.
 torch.set_num_threads(1)
 
-from fixture_model import write_fixture_model  # noqa: E402
+from fixture_model import write_fixture_model, write_level_fixture_model  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -25,6 +25,19 @@ def fixture_translator(fixture_model_dir):
     from nmt.translator import Translator
 
     return Translator.load(fixture_model_dir, device="cpu")
+
+
+@pytest.fixture(scope="session")
+def level_model_dir(tmp_path_factory) -> Path:
+    """A model directory holding the fixture model trained with speech-level tags (``fixtures/levels.tsv``)."""
+    return write_level_fixture_model(tmp_path_factory.mktemp("models") / "levels")
+
+
+@pytest.fixture(scope="session")
+def level_translator(level_model_dir):
+    from nmt.translator import Translator
+
+    return Translator.load(level_model_dir, device="cpu")
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from sentencepiece import sentencepiece_model_pb2
 from nmt.checkpoint import save_model
 from nmt.loss import label_smoothed_nll
 from nmt.model import ModelConfig, Transformer
-from nmt.tokenizer import Tokenizer, TokenizerConfig
+from nmt.tokenizer import SPEECH_LEVEL_TAGS, Tokenizer, TokenizerConfig
 
 FIXTURES = Path(__file__).parent / "fixtures"
 DIRECTIONS = (("ko", "en"), ("en", "ko"))
@@ -79,11 +79,28 @@ def train_fixture_tokenizer() -> Tokenizer:
     return Tokenizer.train(texts, TokenizerConfig(vocab_size=600))
 
 
-def train_fixture_model(tokenizer: Tokenizer, steps: int = 600, seed: int = 0, **overrides) -> Transformer:
-    """Full-batch Adam on the fixture corpus until it is memorised."""
+def level_fixture_rows() -> list[dict[str, str]]:
+    """``fixtures/levels.tsv``: English sentences with their Korean at each speech level."""
+    lines = (FIXTURES / "levels.tsv").read_text(encoding="utf-8").splitlines()
+    return [dict(zip(("en", "formal", "plain", "polite"), line.split("\t"))) for line in lines if line]
+
+
+def level_fixture_examples(tokenizer: Tokenizer) -> list[tuple[list[int], list[int]]]:
+    """The fixture corpus, plus en->ko with each level's tag on the source and the formal Korean untagged."""
+    examples = fixture_examples(tokenizer)
+    for row in level_fixture_rows():
+        examples.append((tokenizer.source_ids(row["en"], "ko"), tokenizer.target_ids(row["formal"])))
+        for level in tokenizer.speech_levels:
+            examples.append((tokenizer.source_ids(row["en"], "ko", level=level), tokenizer.target_ids(row[level])))
+    return examples
+
+
+def train_fixture_model(tokenizer: Tokenizer, steps: int = 600, seed: int = 0,
+                        examples: list[tuple[list[int], list[int]]] | None = None, **overrides) -> Transformer:
+    """Full-batch Adam on the fixture corpus (or ``examples``) until it is memorised."""
     torch.manual_seed(seed)
     model = Transformer(tiny_config(tokenizer.vocab_size, **overrides))
-    examples = fixture_examples(tokenizer)
+    examples = examples or fixture_examples(tokenizer)
     source, target = pad([s for s, _ in examples]), pad([t for _, t in examples])
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
     model.train()
@@ -99,4 +116,14 @@ def write_fixture_model(directory: Path) -> Path:
     tokenizer = train_fixture_tokenizer()
     model = train_fixture_model(tokenizer)
     metadata = {"name": "fixture-tiny", "version": "test", "language_pairs": [list(d) for d in DIRECTIONS]}
+    return save_model(directory, model, tokenizer, metadata)
+
+
+def write_level_fixture_model(directory: Path) -> Path:
+    """A fixture model trained with speech-level tags: ``I am a student.`` into Korean comes out formal untagged, and
+    at the level asked for with ``<formal>``, ``<plain>`` or ``<polite>``."""
+    texts = [side for pair in fixture_pairs() for side in pair] + [text for row in level_fixture_rows() for text in row.values()]
+    tokenizer = Tokenizer.train(texts, TokenizerConfig(vocab_size=600), control_pieces=SPEECH_LEVEL_TAGS)
+    model = train_fixture_model(tokenizer, examples=level_fixture_examples(tokenizer))
+    metadata = {"name": "fixture-levels", "version": "test", "language_pairs": [list(d) for d in DIRECTIONS]}
     return save_model(directory, model, tokenizer, metadata)

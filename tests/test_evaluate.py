@@ -3,9 +3,10 @@
 import json
 
 import pytest
-from fixture_model import fixture_pairs
+from fixture_model import fixture_pairs, level_fixture_rows
 from sacrebleu.metrics import BLEU, CHRF
 
+from nmt.translator import UnsupportedSpeechLevel
 from training.evaluate import EvaluationError, main, read_parallel, score
 
 ENGLISH_HYPOTHESES = ["The cat sat on the mat.", "A dog barked loudly"]
@@ -99,3 +100,32 @@ def test_cli_filters_sets_and_directions(tiny_recipe, fixture_model_dir, tmp_pat
 def test_cli_rejects_unknown_sets(tiny_recipe, fixture_model_dir):
     with pytest.raises(EvaluationError, match="unknown evaluation sets nope"):
         main(["--config", str(tiny_recipe), "--model", str(fixture_model_dir), "--sets", "nope", "--device", "cpu"])
+
+
+@pytest.fixture()
+def level_recipe(tmp_path):
+    """The level fixture's English with its plain Korean as the reference."""
+    rows = level_fixture_rows()
+    write_parallel(tmp_path / "levels-dev", [(row["plain"], row["en"]) for row in rows])
+    recipe = tmp_path / "levels.yaml"
+    recipe.write_text(f"name: levels\ndata_dir: {tmp_path}\ncorpora:\n  dev: [{{name: levels-dev, path: levels-dev}}]\n",
+                      encoding="utf-8")
+    return recipe
+
+
+def test_a_speech_level_is_asked_of_the_directions_into_korean_only(level_recipe, level_model_dir, tmp_path):
+    def evaluate(*level: str) -> dict:
+        report = main(["--config", str(level_recipe), "--model", str(level_model_dir), "--device", "cpu",
+                       "--out", str(tmp_path / f"{level}.json"), *(["--speech-level", *level] if level else [])])
+        return {result["direction"]: result for result in report["results"]} | {"decoding": report["decoding"]}
+
+    untagged, plain = evaluate(), evaluate("plain")
+    assert plain["decoding"]["directions"]["en-ko"]["speech_level"] == "plain"
+    assert plain["decoding"]["directions"]["ko-en"]["speech_level"] is None
+    assert plain["en-ko"]["chrf"] == 100.0 > untagged["en-ko"]["chrf"]  # the references are plain, untagged is formal
+    assert plain["ko-en"]["bleu"] == untagged["ko-en"]["bleu"]
+
+
+def test_a_level_asked_of_a_model_without_level_tags_is_refused(tiny_recipe, fixture_model_dir):
+    with pytest.raises(UnsupportedSpeechLevel, match="trained without speech-level tags"):
+        main(["--config", str(tiny_recipe), "--model", str(fixture_model_dir), "--device", "cpu", "--speech-level", "formal"])

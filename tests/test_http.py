@@ -12,7 +12,9 @@ from concurrent.futures import ThreadPoolExecutor
 import grpc
 import pytest
 from google.protobuf import json_format
-from test_serving import KO, EN, TIMEOUT, GatedTranslator, LiveServer, event_loop_thread, gated, request, start_server, wait_until  # noqa: F401
+from test_serving import (  # noqa: F401
+    AT_LEVEL, EN, KO, STUDENT, TIMEOUT, GatedTranslator, LiveServer, event_loop_thread, gated, request, start_server, wait_until,
+)
 
 from nmt.fonts import web_font
 from serving.config import BatchingConfig, HttpConfig, ServerConfig
@@ -44,6 +46,14 @@ def translate_body(text: str, source_lang: str = "ko", target_lang: str = "en", 
 @pytest.fixture(scope="module")
 def live(event_loop_thread, fixture_translator) -> Iterator[LiveServer]:  # noqa: F811
     server = LiveServer(event_loop_thread, fixture_translator, ServerConfig(port=0, http=HttpConfig(port=0)))
+    yield server
+    server.close()
+
+
+@pytest.fixture(scope="module")
+def level_live(event_loop_thread, level_translator) -> Iterator[LiveServer]:  # noqa: F811
+    """The HTTP API on the fixture model trained with speech-level tags."""
+    server = LiveServer(event_loop_thread, level_translator, ServerConfig(port=0, http=HttpConfig(port=0)))
     yield server
     server.close()
 
@@ -107,6 +117,39 @@ def test_model_info_is_what_grpc_says(live):
     assert {"source_lang": "ko", "target_lang": "en"} in body["language_pairs"]
 
 
+def test_model_info_lists_the_speech_levels(live, level_live):
+    assert call(level_live, "GET", "/v1/model")[1]["speech_levels"] == ["formal", "polite", "plain"]
+    assert call(live, "GET", "/v1/model")[1]["speech_levels"] == []
+
+
+def test_translate_at_the_speech_level_asked(level_live):
+    for level, expected in AT_LEVEL.items():
+        status, body = call(level_live, "POST", "/v1/translate", translate_body(STUDENT, "en", "ko", speech_level=level))
+        assert (status, body["translation"]) == (200, expected)
+    batch = {"texts": [STUDENT, STUDENT], "sourceLang": "en", "targetLang": "ko", "options": {"speechLevel": "plain"}}
+    assert call(level_live, "POST", "/v1/translate/batch", batch)[1]["translations"] == [AT_LEVEL["plain"]] * 2
+
+
+def test_explain_shows_the_speech_level_tag_the_encoder_read(level_live):
+    status, body = call(level_live, "POST", "/v1/explain", translate_body(STUDENT, "en", "ko", speech_level="polite"))
+    assert (status, body["translation"]) == (200, AT_LEVEL["polite"])
+    assert body["sentences"][0]["source_pieces"][:2] == ["<2ko>", "<polite>"]
+
+
+@pytest.mark.parametrize("body, message", [
+    (translate_body(KO[0], "ko", "en", speech_level="formal"),
+     "a speech level is chosen for translations into Korean, not into 'en'"),
+    (translate_body(STUDENT, "en", "ko", speech_level="casual"),
+     "speech_level must be one of formal, polite, plain, got 'casual'"),
+])
+def test_a_speech_level_the_model_cannot_give_is_400(level_live, body, message):
+    status, answer = call(level_live, "POST", "/v1/translate", body)
+    assert status == 400
+    assert answer["error"]["code"] == "INVALID_ARGUMENT" and message in answer["error"]["message"]
+    body = translate_body(STUDENT, "en", "ko", speech_level="plain")
+    assert call(level_live, "POST", "/v1/translate", body)[1]["translation"] == AT_LEVEL["plain"]
+
+
 def test_health(live):
     assert call(live, "GET", "/healthz") == (200, {"status": "SERVING"})
 
@@ -115,6 +158,8 @@ def test_health(live):
     (translate_body("   "), "text is empty or only whitespace"),
     (translate_body(KO[0], "ko", "fr"), "language pair ko->fr is not served"),
     (translate_body(KO[0], beam_size=99), "options.beam_size is 99; it must be between 1 and 8"),
+    (translate_body(EN[0], "en", "ko", speech_level="formal"),
+     "speech level 'formal' cannot be asked of this model (it was trained without speech-level tags)"),
     ({"text": KO[0], "source_lang": "ko", "target_lang": "en", "colour": "blue"}, "invalid request: "),
     ({"text": 5, "source_lang": "ko", "target_lang": "en"}, "invalid request: "),
 ])

@@ -8,6 +8,7 @@ import pytest
 from datasets import load_from_disk
 
 from fixture_model import without_bt
+from nmt.speech_level import REQUESTABLE_LEVELS, speech_level
 from nmt.tokenizer import Tokenizer
 from training.prepare import prepare, recipe_hash, weighted_indices
 from training.recipe import CorpusSpec, load_recipe
@@ -198,3 +199,56 @@ def test_a_recipe_with_a_tagged_corpus_trains(prepared_with_bt):
     train_main(["--config", str(config), "--run-dir", str(run_dir), "--max-steps", "3", "--threads", "1",
                 "--no-progress-bar"])
     assert (run_dir / "checkpoints" / "step-00000003" / "model.safetensors").is_file()
+
+
+@pytest.fixture(scope="module")
+def prepared_with_levels(prepared_with_bt, tmp_path_factory):
+    """The back-translation recipe with half of the examples into Korean tagged with their target's speech level."""
+    config, _, _ = prepared_with_bt
+    folder = tmp_path_factory.mktemp("levels")
+    tagged = folder / "tiny-levels.yaml"
+    tagged.write_text(config.read_text(encoding="utf-8") + "speech_level_tags: 0.5\n", encoding="utf-8")
+    run_dir = folder / "run"
+    return tagged, run_dir, prepare(load_recipe(tagged), run_dir, num_proc=1)
+
+
+def test_a_share_of_the_sources_into_korean_carry_their_targets_speech_level(prepared_with_levels):
+    _, run_dir, report = prepared_with_levels
+    train = load_from_disk(str(run_dir / "data" / "train"))
+    tokenizer = Tokenizer.load(run_dir / "spm.model")
+    level_of = {tag_id: level for level, tag_id in tokenizer.level_ids.items()}
+    counts = {level: 0 for level in tokenizer.speech_levels}
+    levelled = 0
+    for row in train:
+        tags = [level_of[i] for i in row["source"] if i in level_of]
+        if row["direction"] == "ko-en":
+            assert tags == []
+            continue
+        level = speech_level(tokenizer.decode(row["target"]))
+        levelled += level in REQUESTABLE_LEVELS
+        if tags:
+            assert tags == [level.value]
+            prefix = [tokenizer.language_id("ko"), *([tokenizer.bt_id] if row["corpus"] == "bt-ko" else [])]
+            assert row["source"][: len(prefix) + 1] == [*prefix, tokenizer.level_ids[level.value]]
+            counts[level.value] += 1
+    assert report["speech_level_tags"] == {"share": 0.5, "examples": counts}
+    assert 0.3 < sum(counts.values()) / levelled < 0.7
+    assert counts["formal"] > 0
+
+
+def test_level_tags_change_the_hash_and_are_drawn_the_same_every_time(prepared_with_levels, prepared_with_bt, tmp_path):
+    config, run_dir, report = prepared_with_levels
+    _, untagged_run, untagged = prepared_with_bt
+    assert report["recipe_hash"] != untagged["recipe_hash"]
+    assert Tokenizer.load(untagged_run / "spm.model").speech_levels == []
+    again = prepare(load_recipe(config), tmp_path / "again", num_proc=1, force=True)
+    assert again["speech_level_tags"] == report["speech_level_tags"]
+    first, second = (load_from_disk(str(run / "data" / "train"))["source"] for run in (run_dir, tmp_path / "again"))
+    assert first == second
+
+
+def test_a_recipe_with_level_tags_trains(prepared_with_levels):
+    config, run_dir, _ = prepared_with_levels
+    train_main(["--config", str(config), "--run-dir", str(run_dir), "--max-steps", "2", "--threads", "1",
+                "--no-progress-bar"])
+    assert (run_dir / "checkpoints" / "step-00000002" / "model.safetensors").is_file()

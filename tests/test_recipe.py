@@ -83,3 +83,13 @@ def test_directions_of_human_and_synthetic_corpora():
     assert CorpusSpec(name="bt", path="x", synthetic="en").directions(both) == [("en", "ko")]
     with pytest.raises(ValueError, match="say which side is synthetic"):
         CorpusSpec(name="bt", path="x", tagged=True)
+
+
+def test_the_share_of_speech_level_tags_is_read_and_checked(tmp_path):
+    (tmp_path / "base.yaml").write_text("name: base\ncorpora:\n  train: [{name: a, path: a}]\n")
+    (tmp_path / "tagged.yaml").write_text("extends: base.yaml\nname: tagged\nspeech_level_tags: 0.5\n")
+    (tmp_path / "wrong.yaml").write_text("extends: base.yaml\nname: wrong\nspeech_level_tags: 50\n")
+    assert load_recipe(tmp_path / "base.yaml", data_dir=tmp_path).speech_level_tags == 0.0
+    assert load_recipe(tmp_path / "tagged.yaml", data_dir=tmp_path).speech_level_tags == 0.5
+    with pytest.raises(ValueError, match="between 0 and 1; got 50"):
+        load_recipe(tmp_path / "wrong.yaml", data_dir=tmp_path)

@@ -20,17 +20,22 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
 
+from nmt.sentences import split_sentences
 from serving import client
 from serving.config import BatchingConfig, Limits, ServerConfig
 from serving.observability import JsonFormatter
 from serving.server import StartupError, TranslationServer, load_translator, parse_args
 from serving.stubs import translator_pb2 as pb
 from serving.stubs import translator_pb2_grpc
+from serving.validation import RequestValidator
 
 PAIRS = [line.split("\t") for line in (Path(__file__).parent / "fixtures" / "tiny.tsv").read_text("utf-8").splitlines() if line]
 KO, EN = [ko for ko, _ in PAIRS], [en for _, en in PAIRS]
 SERVING, NOT_SERVING = health_pb2.HealthCheckResponse.SERVING, health_pb2.HealthCheckResponse.NOT_SERVING
 TIMEOUT = 60  # seconds: a bound on a broken server, never an expectation about speed
+# What the level fixture model (conftest.level_model_dir) makes of STUDENT at each speech level; untagged it is formal.
+STUDENT = "I am a student."
+AT_LEVEL = {"formal": "나는 학생입니다.", "polite": "저는 학생이에요.", "plain": "나는 학생이다."}
 
 
 def wait_until(condition: Callable[[], bool], what: str, timeout: float = TIMEOUT) -> None:
@@ -94,6 +99,14 @@ def start_server(event_loop_thread, fixture_translator):
 @pytest.fixture(scope="module")
 def live(event_loop_thread, fixture_translator) -> Iterator[LiveServer]:
     server = LiveServer(event_loop_thread, fixture_translator, ServerConfig(port=0))
+    yield server
+    server.close()
+
+
+@pytest.fixture(scope="module")
+def level_live(event_loop_thread, level_translator) -> Iterator[LiveServer]:
+    """A server on the fixture model trained with speech-level tags."""
+    server = LiveServer(event_loop_thread, level_translator, ServerConfig(port=0))
     yield server
     server.close()
 
@@ -167,6 +180,56 @@ def test_model_info(live, fixture_translator):
     assert (info.device, info.precision) == ("cpu", "fp32")
     assert info.limits.max_text_chars == Limits().max_text_chars
     assert info.limits.max_sentence_tokens == fixture_translator.max_source_tokens
+    assert list(info.speech_levels) == []  # trained without level tags
+
+
+def test_model_info_lists_the_speech_levels_of_a_model_trained_with_them(level_live):
+    info = level_live.stub.GetModelInfo(pb.GetModelInfoRequest(), timeout=TIMEOUT)
+    assert list(info.speech_levels) == ["formal", "polite", "plain"]
+
+
+def test_translate_at_the_speech_level_asked(level_live):
+    assert level_live.stub.Translate(request(STUDENT, "en", "ko"), timeout=TIMEOUT).translation == AT_LEVEL["formal"]
+    for level, expected in AT_LEVEL.items():
+        response = level_live.stub.Translate(request(STUDENT, "en", "ko", speech_level=level), timeout=TIMEOUT)
+        assert response.translation == expected
+
+
+def test_concurrent_requests_at_different_speech_levels_are_not_mixed(level_live):
+    levels = [*AT_LEVEL, *AT_LEVEL, "plain"]
+    futures = [level_live.stub.Translate.future(request(STUDENT, "en", "ko", speech_level=level), timeout=TIMEOUT)
+               for level in levels]
+    batch = level_live.stub.TranslateBatch.future(
+        pb.TranslateBatchRequest(texts=[STUDENT] * 3, source_lang="en", target_lang="ko",
+                                 options=pb.DecodingOptions(speech_level="polite")), timeout=TIMEOUT)
+    assert [f.result().translation for f in futures] == [AT_LEVEL[level] for level in levels]
+    assert list(batch.result().translations) == [AT_LEVEL["polite"]] * 3
+
+
+@pytest.mark.parametrize(
+    ("message", "expected"),
+    [
+        (request(KO[0], "ko", "en", speech_level="plain"),
+         "a speech level is chosen for translations into Korean, not into 'en'"),
+        (request(STUDENT, "en", "ko", speech_level="casual"),
+         "speech_level must be one of formal, polite, plain, got 'casual'"),
+        (request(STUDENT, "en", "ko", speech_level=""), "speech_level must be one of formal, polite, plain, got ''"),
+    ],
+)
+def test_a_speech_level_the_model_cannot_give_is_refused_with_the_reason(level_live, message, expected):
+    refusal = _refusal(level_live.stub.Translate, message)
+    assert refusal.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert expected in refusal.details()
+    response = level_live.stub.Translate(request(STUDENT, "en", "ko", speech_level="plain"), timeout=TIMEOUT)
+    assert response.translation == AT_LEVEL["plain"]
+
+
+def test_the_token_count_includes_the_speech_level_tag(level_translator):
+    validator, text = RequestValidator(level_translator, Limits()), f"{STUDENT} I am tired."
+    job = validator.translate_job(request(text, "en", "ko", speech_level="plain"))
+    encoded = [level_translator.encode_source(sentence, "ko", job.options) for sentence in split_sentences(text)]
+    assert job.tokens == sum(len(ids) for ids in encoded)
+    assert job.tokens == validator.translate_job(request(text, "en", "ko")).tokens + len(encoded)
 
 
 def test_batching_is_invisible(start_server):
@@ -205,6 +268,16 @@ def test_client_command_line(live, capsys, monkeypatch):
     assert "error: INVALID_ARGUMENT: language pair ko->ja is not served" in capsys.readouterr().err
 
 
+def test_client_asks_for_a_speech_level(level_live, capsys):
+    target = ["--target", f"127.0.0.1:{level_live.server.port}", "--source-lang", "en", "--target-lang", "ko"]
+    assert client.main([*target, "--speech-level", "plain", STUDENT]) == 0
+    assert client.main([*target, "--speech-level", "polite", STUDENT, STUDENT]) == 0
+    assert capsys.readouterr().out.splitlines() == [AT_LEVEL["plain"], AT_LEVEL["polite"], AT_LEVEL["polite"]]
+    with pytest.raises(SystemExit):
+        client.main([*target, "--speech-level", "casual", STUDENT])
+    assert "invalid choice: 'casual'" in capsys.readouterr().err
+
+
 def test_every_request_gets_a_structured_log_line(live, caplog):
     def logged() -> list[dict]:
         return [json.loads(JsonFormatter().format(r)) for r in caplog.records if r.name == "serving.requests"]
@@ -241,6 +314,8 @@ def _refusal(call, message) -> grpc.RpcError:
         (request(KO[0], beam_size=2, nbest=3), "nbest must be between 1 and beam_size (2), got 3"),
         (request(KO[0], length_penalty=math.nan), "options.length_penalty must be a finite number"),
         (request(KO[0], max_len_b=0), "max_len_b ≥ 1"),
+        (request(EN[0], "en", "ko", speech_level="formal"),
+         "speech level 'formal' cannot be asked of this model (it was trained without speech-level tags)"),
     ],
 )
 def test_invalid_translate_requests_are_refused_with_the_reason(live, message, expected):

@@ -138,6 +138,15 @@ def test_requests_with_different_options_or_pairs_are_not_mixed(make_batcher):
     assert [d.translations[0].text for d in decoded] == [TARGETS[0], TARGETS[1], TARGETS[2], "나는 학생입니다."]
 
 
+def test_requests_at_different_speech_levels_are_not_mixed(make_batcher, level_translator):
+    levels = [None, "plain", "polite", "formal", "plain"]
+    jobs = [Job(("I am a student.",), "en", "ko", SearchOptions(speech_level=level), 10) for level in levels]
+    decoded = decode_all(make_batcher(translator=level_translator), jobs)
+    assert [d.batch_requests for d in decoded] == [1, 2, 1, 1, 2]
+    assert [d.translations[0].text for d in decoded] == ["나는 학생입니다.", "나는 학생이다.", "저는 학생이에요.",
+                                                         "나는 학생입니다.", "나는 학생이다."]
+
+
 def test_a_lone_request_is_decoded_without_waiting_for_batch_mates(make_batcher):
     batcher = make_batcher()
     batcher.start()

@@ -6,7 +6,7 @@ import pytest
 
 from nmt.normalize import normalize
 from fixture_model import without_bt
-from nmt.tokenizer import Tokenizer, TokenizerConfig
+from nmt.tokenizer import SPEECH_LEVEL_TAGS, Tokenizer, TokenizerConfig
 
 
 @pytest.fixture(scope="module")
@@ -137,3 +137,33 @@ def test_build_reuses_a_tokenizer_file_and_adds_the_tag(tokenizer, tmp_path):
     assert reused.model_proto == without_bt(tokenizer).with_control_pieces(["<bt>"]).model_proto
     with pytest.raises(ValueError, match="no language tag for ja"):
         Tokenizer.build([], TokenizerConfig(reuse=str(tmp_path / "old.model"), languages=("ko", "en", "ja")))
+
+
+def test_speech_level_tags_follow_the_language_and_back_translation_tags(level_translator):
+    """``<formal>``/``<polite>``/``<plain>`` are control pieces placed after ``<2ko>`` (and ``<bt>``); never generated."""
+    tokenizer = level_translator.tokenizer
+    assert sorted(tokenizer.speech_levels) == ["formal", "plain", "polite"]
+    plain = tokenizer.source_ids("I am a student.", "ko")
+    formal = tokenizer.source_ids("I am a student.", "ko", level="formal")
+    assert formal == [plain[0], tokenizer.level_ids["formal"], *plain[1:]]
+    both = tokenizer.source_ids("I am a student.", "ko", tagged=True, level="plain")
+    assert both[:3] == [plain[0], tokenizer.bt_id, tokenizer.level_ids["plain"]] and both[3:] == plain[1:]
+    assert tokenizer.pieces(list(tokenizer.level_ids.values())) == [f"<{level}>" for level in tokenizer.speech_levels]
+    assert not set(tokenizer.level_ids.values()) & set(tokenizer.encode("<formal> I am <plain> a student."))
+    assert set(tokenizer.level_ids.values()) <= set(tokenizer.never_generated)
+    assert tokenizer.decode(formal) == "I am a student."
+
+
+def test_a_tokenizer_without_level_tags_refuses_a_level(tokenizer):
+    assert tokenizer.speech_levels == [] and tokenizer.level_ids == {}
+    with pytest.raises(ValueError, match="no <formal> piece"):
+        tokenizer.source_ids("I am a student.", "ko", level="formal")
+
+
+def test_level_tags_can_be_appended_to_a_released_tokenizer(tokenizer, tmp_path):
+    """A recipe that starts tagging from a released model keeps every id and adds the three tags at the end."""
+    tokenizer.save(tmp_path / "released.model")
+    grown = Tokenizer.build([], TokenizerConfig(reuse=str(tmp_path / "released.model")), SPEECH_LEVEL_TAGS)
+    assert grown.vocab_size == tokenizer.vocab_size + 3
+    assert grown.pieces(range(tokenizer.vocab_size)) == tokenizer.pieces(range(tokenizer.vocab_size))
+    assert sorted(grown.level_ids.values()) == list(range(tokenizer.vocab_size, tokenizer.vocab_size + 3))

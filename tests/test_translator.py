@@ -2,11 +2,12 @@
 
 import pytest
 import torch
-from fixture_model import fixture_pairs
+from fixture_model import fixture_pairs, level_fixture_rows
 
 import nmt.translator
 from nmt.search import SearchOptions
-from nmt.translator import Translator, UnsupportedLanguagePair, resolve_device
+from nmt.speech_level import speech_level
+from nmt.translator import Translator, UnsupportedLanguagePair, UnsupportedSpeechLevel, resolve_device
 
 PAIRS = fixture_pairs()
 KOREAN, ENGLISH = [ko for ko, _ in PAIRS], [en for _, en in PAIRS]
@@ -101,3 +102,46 @@ def test_banning_the_end_of_sentence_is_refused_before_searching(fixture_transla
     options = SearchOptions(banned_ids=(fixture_translator.tokenizer.eos_id,))
     with pytest.raises(ValueError, match="end-of-sentence"):
         fixture_translator.translate([KOREAN[0]], "ko", "en", options)
+
+
+@pytest.mark.parametrize("level", [None, "formal", "plain", "polite"])
+def test_a_speech_level_is_asked_of_a_translation_into_korean(level_translator, level):
+    """The level model learned each level from its tag; untagged it translates as its data did (formal)."""
+    rows = level_fixture_rows()
+    options = level_translator.default_options("en", "ko", speech_level=level)
+    translations = level_translator.translate([row["en"] for row in rows], "en", "ko", options)
+    assert [t.text for t in translations] == [row[level or "formal"] for row in rows]
+    assert {speech_level(t.text).value for t in translations} == {level or "formal"}
+
+
+def test_attention_covers_the_level_tag(level_translator):
+    options = level_translator.default_options("en", "ko", speech_level="plain", return_attention=True)
+    attention = level_translator.translate(["I am a student."], "en", "ko", options)[0].attention
+    assert attention.source_tokens[:2] == ["<2ko>", "<plain>"]
+    assert all(len(row) == len(attention.source_tokens) for row in attention.weights)
+
+
+def test_a_model_directory_may_set_a_default_level_per_direction(level_translator):
+    metadata = {**level_translator.metadata, "decoding": {"directions": {"en-ko": {"speech_level": "polite"}}}}
+    translator = Translator(level_translator.model, level_translator.tokenizer, metadata)
+    assert translator.default_options("en", "ko").speech_level == "polite"
+    assert translator.default_options("ko", "en").speech_level is None
+    assert translator.translate(["I am a student."], "en", "ko")[0].text == "저는 학생이에요."
+    assert translator.default_options("en", "ko", speech_level="plain").speech_level == "plain"
+
+
+@pytest.mark.parametrize("target_lang, level, message", [
+    ("en", "formal", "translations into Korean, not into 'en'"),
+    ("ko", "casual", "speech_level must be one of formal, polite, plain"),
+])
+def test_a_level_that_cannot_be_asked_is_refused(level_translator, target_lang, level, message):
+    source_lang = "ko" if target_lang == "en" else "en"
+    with pytest.raises(ValueError, match=message):
+        level_translator.default_options(source_lang, target_lang, speech_level=level)
+
+
+def test_a_model_without_level_tags_refuses_a_level_before_searching(fixture_translator):
+    with pytest.raises(UnsupportedSpeechLevel, match="trained without speech-level tags"):
+        fixture_translator.default_options("en", "ko", speech_level="formal")
+    with pytest.raises(UnsupportedSpeechLevel, match="trained without speech-level tags"):
+        fixture_translator.translate(["I am a student."], "en", "ko", SearchOptions(speech_level="formal"))

@@ -35,8 +35,8 @@ from sacrebleu.metrics import BLEU, CHRF
 
 from nmt.checkpoint import CheckpointError
 from nmt.search import SearchOptions
-from nmt.translate import given_options
-from nmt.translator import Translator, UnsupportedLanguagePair
+from nmt.translate import add_tuned_options, given_options
+from nmt.translator import Translator, UnsupportedLanguagePair, UnsupportedSpeechLevel
 from training.recipe import CorpusSpec, Recipe, load_recipe
 
 KOREAN_BLEU_TOKENIZE = "char"
@@ -143,8 +143,12 @@ def hypotheses_of(translator: Translator, sources: list[str], source_lang: str, 
 
 
 def direction_options(translator: Translator, directions: Sequence[tuple[str, str]], overrides: dict) -> dict[str, SearchOptions]:
-    """The search options of each direction, ``"ko-en"`` → options: the model's tuned defaults for it under ``overrides``."""
-    return {f"{s}-{t}": translator.default_options(s, t, **overrides) for s, t in directions}
+    """The search options of each direction, ``"ko-en"`` → options: the model's tuned defaults for it under
+    ``overrides``, of which a ``speech_level`` applies to the directions into Korean only."""
+    return {
+        f"{s}-{t}": translator.default_options(s, t, **{k: v for k, v in overrides.items() if k != "speech_level" or t == "ko"})
+        for s, t in directions
+    }
 
 
 def evaluate(
@@ -236,8 +240,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--sets", type=lambda text: text.split(","), help="comma-separated set names (default: all dev and test sets)")
     parser.add_argument("--directions", type=parse_directions, help="e.g. ko-en,en-ko (default: the recipe's directions)")
     parser.add_argument("--beam-size", type=int, default=SearchOptions.beam_size)
-    parser.add_argument("--length-penalty", type=float, help="score = log P / length^α (default: the model's)")
-    parser.add_argument("--no-repeat-ngram-size", type=int, help="ban repeating n-grams of this size (default: the model's)")
+    add_tuned_options(parser)  # --speech-level applies to the directions into Korean
     parser.add_argument("--batch-tokens", type=int, default=EvaluationConfig.batch_tokens, help="decoding budget per batch")
     parser.add_argument("--limit", type=int, help="score only the first N lines of every set")
     parser.add_argument("--out", type=Path, help="report path (default: <model>/eval.json); hypotheses go beside it")
@@ -283,5 +286,5 @@ def main(argv: Sequence[str] | None = None) -> dict:
 if __name__ == "__main__":
     try:
         main()
-    except (EvaluationError, CheckpointError, UnsupportedLanguagePair) as error:
+    except (EvaluationError, CheckpointError, UnsupportedLanguagePair, UnsupportedSpeechLevel) as error:
         raise SystemExit(f"error: {error}") from error

@@ -8,7 +8,9 @@ writes into RUN_DIR:
 - ``data/train/``: a ``Dataset.save_to_disk`` of one example per (weighted) training pair and direction, with
   ``source`` (``tokenizer.source_ids``), ``target`` (``tokenizer.target_ids``), ``direction`` ("ko-en"), ``corpus``;
   a synthetic (back-translated) corpus gives examples only in the direction out of its synthetic side, their
-  sources tagged ``<2xx> <bt>`` if the corpus is ``tagged``;
+  sources tagged ``<2xx> <bt>`` if the corpus is ``tagged``; with ``speech_level_tags`` in the recipe, that share
+  of the examples into Korean (a seeded draw per example) carry their target's speech level after the tags:
+  ``<2ko> <plain>``, ``<2ko> <bt> <formal>``;
 - ``data/dev.jsonl``, ``data/test.jsonl``: ``{"corpus", "source_lang", "target_lang", "source", "target"}`` per pair
   and direction, normalised but never filtered;
 - ``data/report.json``: what cleaning dropped per corpus and reason, the weighted totals, the examples per
@@ -36,7 +38,8 @@ from pathlib import Path
 import datasets
 from datasets import Dataset, Features, List, Value, concatenate_datasets
 
-from nmt.tokenizer import Tokenizer, TokenizerConfig
+from nmt.speech_level import REQUESTABLE_LEVELS, speech_level
+from nmt.tokenizer import SPEECH_LEVEL_TAGS, Tokenizer, TokenizerConfig
 from training.clean import (
     DROP_REASONS,
     CleaningConfig,
@@ -89,20 +92,22 @@ def prepare(recipe: Recipe, run_dir: Path, num_proc: int = 2, force: bool = Fals
     # leaving them out keeps the vocabulary of a recipe with back-translation equal to the one without (an A/B
     # then compares data, not tokenizers). Byte fallback covers whatever only they contain.
     train_texts = _distinct_texts([pairs for spec, pairs in zip(recipe.train, cleaned) if spec.synthetic is None])
-    tokenizer = Tokenizer.build(train_texts, tokenizer_config)
+    level_tags = LevelTagging(recipe.speech_level_tags, recipe.seed)
+    tokenizer = Tokenizer.build(train_texts, tokenizer_config, SPEECH_LEVEL_TAGS if level_tags.share else ())
 
     print("tokenizing", flush=True)
     weighted: list[Dataset] = []
     for spec, pairs, report in zip(recipe.train, cleaned, reports):
-        if config.max_tokens is not None:  # a tagged source carries <bt> as one more token
-            pairs = drop_too_many_tokens(pairs, tokenizer, config.max_tokens - int(spec.tagged), report)
+        if config.max_tokens is not None:  # <bt> and a speech-level tag are one more source token each
+            tags = int(spec.tagged) + int(level_tags.share > 0)
+            pairs = drop_too_many_tokens(pairs, tokenizer, config.max_tokens - tags, report)
         rng = random.Random(f"{recipe.seed}:{spec.name}")  # per corpus: adding a corpus leaves the others' samples
         sample = pairs.select(weighted_indices(len(pairs), spec.weight, rng))
         weighted.append(sample.add_column("corpus", [spec.name] * len(sample)))
     human = [sample for spec, sample in zip(recipe.train, weighted) if spec.synthetic is None]
     train = concatenate_datasets([
-        *([_tokenize(concatenate_datasets(human), tokenizer, recipe.directions, num_proc)] if human else []),
-        *(_tokenize(sample, tokenizer, spec.directions(recipe.directions), num_proc, tagged=spec.tagged)
+        *([_tokenize(concatenate_datasets(human), tokenizer, recipe.directions, num_proc, level_tags)] if human else []),
+        *(_tokenize(sample, tokenizer, spec.directions(recipe.directions), num_proc, level_tags, tagged=spec.tagged)
           for spec, sample in zip(recipe.train, weighted) if spec.synthetic is not None),
     ])
 
@@ -128,6 +133,8 @@ def prepare(recipe: Recipe, run_dir: Path, num_proc: int = 2, force: bool = Fals
             "vocab_size": tokenizer.vocab_size,
             "unk_rate": {"train": unk_rate(tokenizer, train_texts), "dev": unk_rate(tokenizer, dev_texts)},
         },
+        **({"speech_level_tags": {"share": level_tags.share, "examples": count_level_tags(train, tokenizer)}}
+           if level_tags.share else {}),
         "seconds": round(time.monotonic() - started, 1),
     }
     (staging / "report.json").write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
@@ -149,6 +156,7 @@ def recipe_hash(recipe: Recipe) -> str:
         "cleaning": recipe.cleaning,
         "tokenizer": recipe.tokenizer,
         "seed": recipe.seed,
+        **({"speech_level_tags": recipe.speech_level_tags} if recipe.speech_level_tags else {}),  # older hashes stay
     }
     if "reuse" in recipe.tokenizer:  # a released tokenizer's file may be replaced by the next release's
         settings["tokenizer_content"] = hashlib.sha256(Path(recipe.tokenizer["reuse"]).read_bytes()).hexdigest()
@@ -194,14 +202,41 @@ def _distinct_texts(corpora: list[Dataset]) -> list[str]:
     return [text for pair in pairs for text in pair]
 
 
+@dataclasses.dataclass(frozen=True)
+class LevelTagging:
+    """Which examples into Korean carry their target's speech-level tag: a ``share`` of them, drawn per example
+    from ``seed`` and the example's corpus and row, so the draw is the same on every run and in every worker."""
+
+    share: float
+    seed: int
+
+    def level(self, target: str, corpus: str, row: int) -> str | None:
+        """The tag for one example's Korean ``target``, or None: not drawn, or an ending that names no level."""
+        if not self.share or random.Random(f"{self.seed}:{corpus}:{row}").random() >= self.share:
+            return None
+        level = speech_level(target)
+        return level.value if level in REQUESTABLE_LEVELS else None
+
+
+def count_level_tags(train: Dataset, tokenizer: Tokenizer) -> dict[str, int]:
+    """Training examples per speech-level tag on their source (the tag follows ``<2ko>`` and any ``<bt>``)."""
+    level_of = {tag_id: level for level, tag_id in tokenizer.level_ids.items()}
+    counts: Counter[str] = Counter()
+    for batch in train.select_columns("source").iter(batch_size=50_000):
+        counts.update(level_of[i] for source in batch["source"] for i in source[1:3] if i in level_of)
+    return {level: counts[level] for level in tokenizer.speech_levels}
+
+
 def _tokenize(
-    pairs: Dataset, tokenizer: Tokenizer, directions: list[tuple[str, str]], num_proc: int, tagged: bool = False
+    pairs: Dataset, tokenizer: Tokenizer, directions: list[tuple[str, str]], num_proc: int, level_tags: LevelTagging,
+    tagged: bool = False,
 ) -> Dataset:
     return concatenate_datasets([
         pairs.map(
             partial(_encode_direction, tokenizer=tokenizer, source_lang=source_lang, target_lang=target_lang,
-                    tagged=tagged),
+                    tagged=tagged, level_tags=level_tags),
             batched=True,
+            with_indices=True,
             num_proc=num_proc if num_proc > 1 and len(pairs) > 1000 else None,  # worker start-up costs more
             remove_columns=pairs.column_names,
             features=TRAIN_FEATURES,
@@ -210,9 +245,13 @@ def _tokenize(
     ])
 
 
-def _encode_direction(batch: dict, tokenizer: Tokenizer, source_lang: str, target_lang: str, tagged: bool) -> dict:
+def _encode_direction(batch: dict, rows: list[int], tokenizer: Tokenizer, source_lang: str, target_lang: str,
+                      tagged: bool, level_tags: LevelTagging) -> dict:
+    levels = ([level_tags.level(target, corpus, row) for target, corpus, row in zip(batch[target_lang], batch["corpus"], rows)]
+              if target_lang == "ko" else [None] * len(rows))  # speech levels are those of Korean endings
     return {
-        "source": [tokenizer.source_ids(text, target_lang, tagged=tagged) for text in batch[source_lang]],
+        "source": [tokenizer.source_ids(text, target_lang, tagged=tagged, level=level)
+                   for text, level in zip(batch[source_lang], levels)],
         "target": [tokenizer.target_ids(text) for text in batch[target_lang]],
         "direction": [f"{source_lang}-{target_lang}"] * len(batch["corpus"]),
         "corpus": batch["corpus"],

@@ -78,6 +78,13 @@ class Recipe:
     model: dict = field(default_factory=dict)  # nmt.model.ModelConfig fields (vocab_size comes from the tokenizer)
     training: dict = field(default_factory=dict)  # training.trainer.TrainingConfig fields
     seed: int = 0  # seeds the random subsets that fractional corpus weights take
+    # Share of the examples into Korean whose source carries the speech level of their target (<formal>, <polite>,
+    # <plain>; nmt.speech_level): 0 trains no tags. The rest stay untagged, so a source without a tag still works.
+    speech_level_tags: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.speech_level_tags <= 1.0:
+            raise ValueError(f"speech_level_tags is a share of examples, between 0 and 1; got {self.speech_level_tags}")
 
     def resolve(self, spec: CorpusSpec) -> Path:
         return corpus_path(spec, self.data_dir)
@@ -104,6 +111,7 @@ def load_recipe(path: str | Path, data_dir: str | Path | None = None) -> Recipe:
         model=raw.get("model", {}),
         training=raw.get("training", {}),
         seed=raw.get("seed", 0),
+        speech_level_tags=raw.get("speech_level_tags", 0.0),
     )
 
 

@@ -3,7 +3,8 @@
 "use strict";
 
 const $ = (id) => document.getElementById(id);
-const state = { explanation: null, pairs: [] };
+const state = { explanation: null, pairs: [], speechLevels: [] };
+const SPEECH_LEVELS = { formal: "formal 합쇼체", polite: "polite 해요체", plain: "plain 해라체" };
 
 async function call(method, path, body) {
   const response = await fetch(path, {
@@ -32,9 +33,11 @@ function fill(select, options, keep) {
 async function loadModel() {
   const model = await call("GET", "/v1/model");
   state.pairs = model.language_pairs;
+  state.speechLevels = model.speech_levels;
   $("model").textContent = `${model.model_name} ${model.model_version} · ${model.encoder_layers}+${model.decoder_layers} layers · ` +
     `d=${model.model_dim} · ${model.device} ${model.precision}`;
   $("beam").max = model.limits.max_beam_size;
+  fill($("speech-level"), [["", "model default"], ...state.speechLevels.map((level) => [level, SPEECH_LEVELS[level] || level])]);
   const languages = [...new Set(state.pairs.map((pair) => pair.source_lang))];
   fill($("source-lang"), languages.map((lang) => [lang, lang]));
   updateTargets();
@@ -44,6 +47,12 @@ function updateTargets() {
   const source = $("source-lang").value;
   const targets = state.pairs.filter((pair) => pair.source_lang === source).map((pair) => [pair.target_lang, pair.target_lang]);
   fill($("target-lang"), targets, true);
+  updateSpeechLevel();
+}
+
+// A speech level is asked only of translations into Korean, and only of a model trained with level tags.
+function updateSpeechLevel() {
+  $("speech-level").parentElement.hidden = $("target-lang").value !== "ko" || state.speechLevels.length === 0;
 }
 
 function swap() {
@@ -53,6 +62,7 @@ function swap() {
   $("source-lang").value = target;
   updateTargets();
   $("target-lang").value = source;
+  updateSpeechLevel();
   const translation = $("translation").textContent;
   if (translation) $("text").value = translation;
 }
@@ -67,6 +77,8 @@ async function translate() {
     target_lang: $("target-lang").value,
     options: { beam_size: beam, nbest: Math.min(beam, 4) },
   };
+  const level = $("speech-level");
+  if (!level.parentElement.hidden && level.value) request.options.speech_level = level.value;
   $("translate").disabled = true;
   $("error").textContent = "";
   try {
@@ -100,10 +112,17 @@ function showTranslation(result) {
 
 function showAttention() {
   const sentences = state.explanation.sentences;
-  fill($("sentence"), sentences.map((sentence, i) => [i, `${i + 1}: ${sentence.source_pieces.slice(1, -1).join("").replaceAll("▁", " ").trim()}`]));
+  fill($("sentence"), sentences.map((sentence, i) => [i, `${i + 1}: ${sentenceText(sentence)}`]));
   $("sentence").parentElement.hidden = sentences.length < 2;
   updatePickers();
   $("attention").hidden = false;
+}
+
+// A sentence's source without the control pieces around it: <2xx>, a speech level's tag (asked or the model's default), </s>.
+function sentenceText(sentence) {
+  const levelTags = state.speechLevels.map((level) => `<${level}>`);
+  const pieces = sentence.source_pieces.slice(1, -1).filter((piece) => !levelTags.includes(piece));
+  return pieces.join("").replaceAll("▁", " ").trim();
 }
 
 function updatePickers() {
@@ -199,6 +218,7 @@ function mark(element, weight) {
 
 document.addEventListener("DOMContentLoaded", () => {
   $("source-lang").addEventListener("change", updateTargets);
+  $("target-lang").addEventListener("change", updateSpeechLevel);
   $("swap").addEventListener("click", swap);
   $("translate").addEventListener("click", translate);
   $("text").addEventListener("keydown", (event) => {
