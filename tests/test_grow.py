@@ -9,6 +9,8 @@ from fixture_model import tiny_config
 
 from nmt.checkpoint import load_model, save_model
 from nmt.model import FeedForward, Transformer
+from nmt.tokenizer import SPEECH_LEVEL_TAGS
+from training.average import average_checkpoints
 from training.grow import GrowthError, copied_layers, grow, main
 
 
@@ -151,3 +153,22 @@ def test_cli_reports_a_model_that_cannot_grow(fixture_model_dir, tmp_path):
     with pytest.raises(SystemExit, match="cannot shrink"):
         main(["--model", str(fixture_model_dir), "--out", str(tmp_path / "grown"), "--encoder-layers", "1"])
     assert not (tmp_path / "grown").exists()
+
+
+def test_new_units_from_a_model_with_appended_pieces_lend_their_rows(fixture_model_dir, tmp_path):
+    """A released model and a run that appended control pieces to its tokenizer: the grown copy takes the run's
+    tokenizer and its rows for the new pieces, keeps its own elsewhere, and can then be averaged with the run."""
+    released = load_model(fixture_model_dir)
+    size = released.tokenizer.vocab_size
+    tokenizer = released.tokenizer.with_control_pieces(SPEECH_LEVEL_TAGS)
+    run = Transformer(replace(released.model.config, vocab_size=tokenizer.vocab_size))
+    save_model(tmp_path / "run", run, tokenizer, {"name": "run"})
+    main(["--model", str(fixture_model_dir), "--out", str(tmp_path / "grown"), "--new-units-from", str(tmp_path / "run")])
+    grown = load_model(tmp_path / "grown")
+    assert grown.tokenizer.model_proto == tokenizer.model_proto and grown.model.config.vocab_size == size + 3
+    torch.testing.assert_close(grown.model.embedding.weight[:size], released.model.embedding.weight)
+    torch.testing.assert_close(grown.model.embedding.weight[size:], run.embedding.weight[size:])
+    torch.testing.assert_close(grown.model.encoder_layers[0].ffn.up.weight, released.model.encoder_layers[0].ffn.up.weight)
+    average_checkpoints([tmp_path / "grown", tmp_path / "run"], tmp_path / "soup")  # same shapes, same tokenizer
+    with pytest.raises(SystemExit, match="piece for piece"):
+        main(["--model", str(tmp_path / "run"), "--out", str(tmp_path / "shrunk"), "--new-units-from", str(fixture_model_dir)])

@@ -22,6 +22,11 @@ A widened model trained on can be averaged back with the model it grew from, a W
 for its new units (still silent behind zero W₂ columns), so that the two differ only in what training changed:
     python -m training.grow --model models/default --ffn-dim 2048 --new-units-from runs/wide/best --out runs/grown/base
     python -m training.average --models runs/grown/base runs/wide/best --out runs/soup
+
+The same holds for pieces the trained model's tokenizer appended (control tags such as ``<formal>``, which a recipe
+adds to a released tokenizer): with ``--new-units-from`` the grown copy takes that tokenizer and the trained model's
+rows for the new pieces in every vocabulary-sized weight, so the two can be averaged and the mean keeps the rows
+that only the trained model learned.
 """
 
 from __future__ import annotations
@@ -37,8 +42,9 @@ import torch
 from torch import nn
 
 from nmt.attention import MultiHeadAttention
-from nmt.checkpoint import CheckpointError, load_model, save_model
+from nmt.checkpoint import CheckpointError, LoadedModel, load_model, save_model
 from nmt.model import FeedForward, ModelConfig, Transformer
+from nmt.tokenizer import Tokenizer
 
 
 class GrowthError(ValueError):
@@ -113,6 +119,21 @@ def grow(model: Transformer, encoder_layers: int, decoder_layers: int, ffn_dim: 
     return grown
 
 
+def with_new_pieces(model: Transformer, tokenizer: Tokenizer, donor: LoadedModel) -> tuple[Transformer, Tokenizer]:
+    """``model`` over ``donor``'s vocabulary, which must be ``tokenizer``'s with pieces appended: the new pieces take
+    ``donor``'s rows in every vocabulary-sized weight (the embedding; an untied output), the others keep ``model``'s."""
+    size = tokenizer.vocab_size
+    if donor.tokenizer.vocab_size < size or donor.tokenizer.pieces(range(size)) != tokenizer.pieces(range(size)):
+        raise GrowthError("the model lending new units must have this model's vocabulary, piece for piece, or more pieces after it")
+    grown = Transformer(replace(model.config, vocab_size=donor.tokenizer.vocab_size))
+    donor_weights = donor.model.state_dict()
+    grown.load_state_dict({
+        name: torch.cat([weights, donor_weights[name][size:]]) if weights.shape[:1] == (size,) else weights
+        for name, weights in model.state_dict().items()
+    })
+    return grown, donor.tokenizer
+
+
 def _shape(config: ModelConfig) -> tuple[int, int, int, int]:
     return config.d_model, config.encoder_layers, config.decoder_layers, config.ffn_dim
 
@@ -132,17 +153,19 @@ def main(argv: Sequence[str] | None = None) -> None:
     try:
         loaded = load_model(args.model)
         before = loaded.model.config
-        donor = load_model(args.new_units_from).model if args.new_units_from else None
+        donor = load_model(args.new_units_from) if args.new_units_from else None
         grown = grow(loaded.model, args.encoder_layers or before.encoder_layers, args.decoder_layers or before.decoder_layers,
-                     args.ffn_dim, donor)
+                     args.ffn_dim, donor.model if donor else None)
+        grown, tokenizer = with_new_pieces(grown, loaded.tokenizer, donor) if donor else (grown, loaded.tokenizer)
     except (GrowthError, CheckpointError) as error:
         raise SystemExit(f"error: {error}") from error
     origin = {"model": str(args.model), "encoder_layers": before.encoder_layers, "decoder_layers": before.decoder_layers,
               "ffn_dim": before.ffn_dim} | ({"new_units_from": str(args.new_units_from)} if args.new_units_from else {})
-    save_model(args.out, grown, loaded.tokenizer, {**loaded.metadata, "grown_from": origin})
+    save_model(args.out, grown, tokenizer, {**loaded.metadata, "grown_from": origin})
     print(f"wrote {args.out}: {before.encoder_layers}+{before.decoder_layers} -> "
           f"{grown.config.encoder_layers}+{grown.config.decoder_layers} layers, "
           f"feed-forward {before.ffn_dim} -> {grown.config.ffn_dim} units, "
+          f"vocabulary {before.vocab_size} -> {grown.config.vocab_size} pieces, "
           f"{loaded.model.num_parameters() / 1e6:.1f}M -> {grown.num_parameters() / 1e6:.1f}M parameters")
 
 
