@@ -29,6 +29,7 @@ THREADS  ?=
 BENCH_THREADS ?= 2
 NOISY    ?=
 SOAK_MINUTES ?= 20
+MBR_SENTENCES ?= 300
 TEXT     ?= 나는 학생입니다
 SRC      ?= ko
 TGT      ?= en
@@ -47,7 +48,7 @@ BT_THREADS ?= 2
 LAUNCH   = $(if $(filter 1,$(NPROC)),$(PY),$(VENV)/bin/torchrun --standalone --nproc_per_node=$(NPROC))
 export DATA_DIR BT_DIR HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1
 
-.PHONY: help install proto test data train cooldown backtranslate eval compare speech-levels average grow release serve translate plot-attention bench bench-decode bench-serve bench-train bench-profile bench-kernel-cache bench-continuous soak tune-decoding gpu-carry gpu-check clean
+.PHONY: help install proto test data train cooldown backtranslate eval compare speech-levels average grow release serve translate plot-attention bench bench-decode bench-serve bench-train bench-profile bench-kernel-cache bench-continuous bench-mbr soak tune-decoding gpu-carry gpu-check clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -137,6 +138,9 @@ bench-kernel-cache: install  ## resident memory and speed of decoding $(MODEL) a
 
 bench-continuous: install  ## the server's step-level search alone: sentences/s with 1, 8 and 32 sentences in flight
 	$(PY) -m bench.continuous --model $(MODEL) --dev $(RUN_DIR)/data/dev.jsonl --threads $(BENCH_THREADS)
+
+bench-mbr: install  ## MBR reranking of $(MODEL)'s beam n-best (chrF, BLEU utilities) against MAP on every dev set, first MBR_SENTENCES lines
+	$(PY) -m bench.mbr --model $(MODEL) --dev $(RUN_DIR)/data/dev.jsonl --threads $(BENCH_THREADS) --sentences $(MBR_SENTENCES)
 
 gpu-carry: install  ## for a GPU session: the wheels its image lacks and the release data, compressed, into .gpu-carry/
 	bash bench/cuda_session.sh prepare

@@ -11,7 +11,7 @@ import statistics
 import subprocess
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, is_dataclass
 from importlib import metadata
 from multiprocessing import get_context
 from pathlib import Path
@@ -168,8 +168,10 @@ def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str
 
 
 def json_config(config: Any) -> dict[str, Any]:
-    """A benchmark's config dataclass as JSON-ready values (paths as strings), for its results file."""
-    return {k: str(v) if isinstance(v, Path) else v for k, v in asdict(config).items()}
+    """A benchmark's config (a dataclass or parsed arguments) as JSON-ready values (paths as strings), for its
+    results file."""
+    values = asdict(config) if is_dataclass(config) else vars(config)
+    return {k: str(v) if isinstance(v, Path) else v for k, v in values.items()}
 
 
 def write_results(path: Path, results: dict[str, Any]) -> Path:

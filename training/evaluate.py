@@ -51,6 +51,11 @@ def bleu_tokenize(target_lang: str, korean_bleu_tokenize: str = KOREAN_BLEU_TOKE
     return korean_bleu_tokenize if target_lang == "ko" else BLEU_TOKENIZE
 
 
+def primary_metric(target_lang: str) -> str:
+    """The metric a direction is judged by: chrF into Korean (see above), BLEU into English."""
+    return "chrf" if target_lang == "ko" else "bleu"
+
+
 def bleu_metric(target_lang: str, korean_bleu_tokenize: str = KOREAN_BLEU_TOKENIZE) -> BLEU:
     tokenize = bleu_tokenize(target_lang, korean_bleu_tokenize)
     try:
@@ -183,7 +188,7 @@ def evaluate(
                     **scores,
                     "bleu": round(scores["bleu"], 2),
                     "chrf": round(scores["chrf"], 2),
-                    "primary_metric": "chrf" if target_lang == "ko" else "bleu",
+                    "primary_metric": primary_metric(target_lang),
                     "seconds": round(seconds, 3),
                     "sentences_per_second": round(len(sources) / seconds, 2),
                     "hypotheses": str(hypotheses_file),
