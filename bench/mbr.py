@@ -16,13 +16,13 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import torch
 from sacrebleu.metrics import BLEU, CHRF
 
-from bench.common import RESULTS_DIR, json_config, load_dev_set, machine, markdown_table, report
+from bench.common import RESULTS_DIR, json_config, load_dev_set, machine, markdown_table, report, write_results
 from nmt.translator import Translator
 from training.evaluate import bleu_tokenize, primary_metric, score
 
@@ -55,9 +55,9 @@ def directions_of(path: Path) -> list[tuple[str, str, str]]:
     return list(seen)
 
 
-def compare_choices(translator: Translator, dev_path: Path, sentences: int, beam_sizes: Sequence[int]) -> list[dict]:
-    """One row per set-direction and beam size: the MAP and MBR choices' corpus scores and the decoding time."""
-    rows = []
+def compare_choices(translator: Translator, dev_path: Path, sentences: int, beam_sizes: Sequence[int]) -> Iterator[dict]:
+    """One row per set-direction and beam size, as each is done: the MAP and MBR choices' corpus scores and the
+    decoding time."""
     for corpus, source_lang, target_lang in directions_of(dev_path):
         dev = load_dev_set(dev_path, corpus, source_lang, target_lang, sentences)
         for beam_size in beam_sizes:
@@ -69,13 +69,12 @@ def compare_choices(translator: Translator, dev_path: Path, sentences: int, beam
             choices = {"map": [texts[0] for texts, _ in nbest]}
             for name, utility in utilities(target_lang).items():
                 choices[f"mbr-{name}"] = [texts[mbr_choice(texts, scores, utility)] for texts, scores in nbest]
-            rows.append({
+            yield {
                 "set": corpus, "direction": f"{source_lang}-{target_lang}", "beam_size": beam_size,
                 "sentences": len(dev.sources), "primary_metric": primary_metric(target_lang),
                 "decode_seconds": decoded - started, "rerank_seconds": time.perf_counter() - decoded,
                 "choices": {name: score(texts, dev.references, target_lang) for name, texts in choices.items()},
-            })
-    return rows
+            }
 
 
 def mean_primary(rows: Sequence[dict], beam_size: int, choice: str) -> float:
@@ -111,9 +110,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
     translator = Translator.load(args.model, device="cpu")
-    rows = compare_choices(translator, args.dev, args.sentences, args.beam_sizes)
-    results = {"config": json_config(args), "machine": machine(), "rows": rows}
-    return report(args.out, results, table(rows, args.beam_sizes))
+    results = {"config": json_config(args), "machine": machine(), "rows": []}
+    for row in compare_choices(translator, args.dev, args.sentences, args.beam_sizes):
+        results["rows"].append(row)
+        write_results(args.out, results)  # a long run stopped early keeps what it measured
+    return report(args.out, results, table(results["rows"], args.beam_sizes))
 
 
 if __name__ == "__main__":
