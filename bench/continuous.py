@@ -39,12 +39,13 @@ class ContinuousBenchConfig(BenchInput):
     out: Path = RESULTS_DIR / "continuous.json"
 
 
-def closed_loop(translator: Translator, sources: list[str], target_lang: str, in_flight: int, config: ContinuousBenchConfig) -> dict:
+def closed_loop(translator: Translator, sources: list[str], source_lang: str, target_lang: str, in_flight: int,
+                config: ContinuousBenchConfig) -> dict:
     """Translate ``sources`` keeping ``in_flight`` of them in the search; their outputs, steps and seconds."""
     from nmt.continuous import ContinuousTranslation
     from nmt.search import SearchOptions
 
-    engine = ContinuousTranslation(translator, target_lang, SearchOptions(beam_size=config.beam_size), config.max_batch_tokens)
+    engine = ContinuousTranslation(translator, source_lang, target_lang, SearchOptions(beam_size=config.beam_size), config.max_batch_tokens)
     outputs: dict[int, str] = {}
     queued = iter(range(len(sources)))
     for index in range(min(in_flight, len(sources))):
@@ -80,8 +81,8 @@ def run(config: ContinuousBenchConfig) -> dict:
     torch.set_num_threads(config.threads)
     dev = load_dev_set(config.dev_path, config.corpus, config.source_lang, config.target_lang, config.sentences)
     translator = Translator.load(config.model_dir, device="cpu", max_batch_tokens=config.max_batch_tokens)
-    closed_loop(translator, dev.sources[:16], dev.target_lang, 8, config)  # warm-up: kernels and buffers
-    results = [closed_loop(translator, dev.sources, dev.target_lang, n, config) for n in config.in_flight]
+    closed_loop(translator, dev.sources[:16], dev.source_lang, dev.target_lang, 8, config)  # warm-up: kernels and buffers
+    results = [closed_loop(translator, dev.sources, dev.source_lang, dev.target_lang, n, config) for n in config.in_flight]
     reference, single = results[0]["outputs"], results[0]["sentences_per_s"]
     for result in results:
         fixed = fixed_batches(translator, dev.sources, dev.source_lang, dev.target_lang, result["in_flight"], config)

@@ -55,6 +55,7 @@ class ContinuousTranslation:
     """
 
     translator: Translator
+    source_lang: str
     target_lang: str
     options: SearchOptions
     max_batch_tokens: int
@@ -112,9 +113,11 @@ class ContinuousTranslation:
         done = [request for request in self._requests.values() if not request.unfinished]
         for request in done:
             del self._requests[request.key]
-        return [Finished(request.key, self.translator.join_texts(request.sentences, request.hypotheses, self.target_lang,
-                                                                 self.options), request.company)
-                for request in done]
+        # joined together, so that reranking (Translator.rerank) scores every finished request's beams in one pass
+        translations = iter(self.translator.join_texts([texts for r in done for texts in r.sentences],
+                                                       [nbest for r in done for nbest in r.hypotheses],
+                                                       self.source_lang, self.target_lang, self.options))
+        return [Finished(r.key, [next(translations) for _ in r.sentences], r.company) for r in done]
 
     def _admit(self) -> None:
         joining: list[_Waiting] = []

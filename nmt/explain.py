@@ -96,7 +96,7 @@ def explain(translator: Translator, text: str, source_lang: str, target_lang: st
     translator.check_pair(source_lang, target_lang)
     options = options or translator.default_options(source_lang, target_lang)
     sentences = split_sentences(text)
-    hypotheses = translator.translate_sentences(sentences, target_lang, options)
+    hypotheses = translator.rerank(sentences, translator.translate_sentences(sentences, target_lang, options), source_lang, options)
     translation = translator.join_sentences(sentences, hypotheses, target_lang, options)
     return Explanation(translation, [attend(translator, s, nbest[0], target_lang, options) for s, nbest in zip(sentences, hypotheses)])
 

@@ -34,6 +34,9 @@ class SearchOptions:
     banned_ids: tuple[int, ...] = ()  # never predicted, like PAD and BOS (the tokenizer's <bt> tag)
     # asked of a translation into Korean: nmt.translator tags the source with it; the search itself never reads it
     speech_level: str | None = None
+    # λ of nmt.rerank: nmt.translator reorders the whole beam by how well each candidate translates back into the
+    # source (0 keeps the search's order); the search itself never reads it
+    reconstruction_weight: float = 0.0
 
     def __post_init__(self) -> None:
         if self.beam_size < 1:
@@ -46,6 +49,8 @@ class SearchOptions:
             raise ValueError(f"min_length must be ≥ 0, got {self.min_length}")
         if self.no_repeat_ngram_size < 0:
             raise ValueError("no_repeat_ngram_size must be ≥ 0")
+        if not 0 <= self.reconstruction_weight < float("inf"):
+            raise ValueError(f"reconstruction_weight must be a finite number ≥ 0, got {self.reconstruction_weight}")
         levels = [level.value for level in REQUESTABLE_LEVELS]
         if self.speech_level is not None and self.speech_level not in levels:
             raise ValueError(f"speech_level must be one of {', '.join(levels)}, got {self.speech_level!r}")

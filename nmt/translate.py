@@ -40,6 +40,9 @@ def add_tuned_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--speech-level", choices=[level.value for level in REQUESTABLE_LEVELS],
                         help="the speech level of a translation into Korean, for a model trained with level tags "
                              "(default: the model's, else none asked)")
+    parser.add_argument("--reconstruction-weight", type=float,
+                        help="rerank the beam by how well each candidate translates back into the source, at this "
+                             "weight; 0 keeps the search's order (default: the model's)")
 
 
 def given_options(args: argparse.Namespace) -> dict:

@@ -14,6 +14,7 @@ from nmt.budget import decoding_budget
 from nmt.checkpoint import load_model
 from nmt.model import Transformer
 from nmt.precision import prepare_for_inference
+from nmt.rerank import mean_log_probs, rerank
 from nmt.search import BeamSearch, Hypothesis, SearchOptions, search
 from nmt.sentences import split_sentences
 from nmt.tokenizer import Tokenizer
@@ -22,7 +23,7 @@ DEFAULT_MODEL_DIR = Path(__file__).resolve().parent.parent / "models" / "default
 # How a batch is decoded: nmt.search.search (beam or greedy), or nmt.sampling.sample with its options bound.
 # SearchOptions fields a model directory may set defaults for in metadata.json's "decoding" (training.tune_decoding):
 # for every pair at its top level, and for one pair under "directions" → "ko-en", which wins.
-TUNED_OPTIONS = ("length_penalty", "no_repeat_ngram_size", "speech_level")
+TUNED_OPTIONS = ("length_penalty", "no_repeat_ngram_size", "speech_level", "reconstruction_weight")
 Strategy = Callable[[Transformer, torch.Tensor, int, int, SearchOptions], list[list[Hypothesis]]]
 
 
@@ -141,11 +142,13 @@ class Translator:
         sentences_per_text = [split_sentences(text) for text in texts]
         sentences = [s for group in sentences_per_text for s in group]
         hypotheses = self.translate_sentences(sentences, target_lang, options)
-        return self.join_texts(sentences_per_text, hypotheses, target_lang, options)
+        return self.join_texts(sentences_per_text, hypotheses, source_lang, target_lang, options)
 
     def join_texts(self, sentences_per_text: Sequence[list[str]], hypotheses: Sequence[list[Hypothesis]],
-                   target_lang: str, options: SearchOptions) -> list[Translation]:
-        """One :class:`Translation` per text from the n-best lists of all texts' sentences, in order."""
+                   source_lang: str, target_lang: str, options: SearchOptions) -> list[Translation]:
+        """One :class:`Translation` per text from the searched n-best lists of all texts' sentences, in order
+        (reranked first where ``options`` ask)."""
+        hypotheses = self.rerank([s for group in sentences_per_text for s in group], hypotheses, source_lang, options)
         results, position = [], 0
         for group in sentences_per_text:
             results.append(self.join_sentences(group, hypotheses[position : position + len(group)], target_lang, options))
@@ -160,10 +163,35 @@ class Translator:
         encoded = [self.encode_source(s, target_lang, options) for s in sentences]
         order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
         results: list[list[Hypothesis]] = [[] for _ in encoded]
-        for batch in self._batches(order, encoded, options.beam_size):
+        for batch in self._batches(order, [len(ids) for ids in encoded], options.beam_size):
             for i, nbest in zip(batch, self.search_ids([encoded[i] for i in batch], options, strategy)):
                 results[i] = nbest
         return results
+
+    def rerank(self, sentences: Sequence[str], hypotheses: Sequence[list[Hypothesis]], source_lang: str,
+               options: SearchOptions) -> list[list[Hypothesis]]:
+        """Each sentence's n-best reordered by :func:`nmt.rerank.rerank` at ``options.reconstruction_weight`` and cut
+        to ``options.nbest``; as searched when the weight is 0."""
+        if not options.reconstruction_weight:
+            return list(hypotheses)
+        channel = self.reconstruction_scores(sentences, hypotheses, source_lang)
+        return [rerank(nbest, scores, options.reconstruction_weight, options.length_penalty)[: options.nbest]
+                for nbest, scores in zip(hypotheses, channel)]
+
+    def reconstruction_scores(self, sentences: Sequence[str], hypotheses: Sequence[list[Hypothesis]], source_lang: str) -> list[list[float]]:
+        """For every sentence's n-best, log P(sentence | hypothesis) per source token: the reverse direction's
+        probability of translating each candidate back into the source (:mod:`nmt.rerank`), in one batched pass."""
+        limit, language, eos = self.max_source_tokens, self.tokenizer.language_id(source_lang), self.tokenizer.eos_id
+        reverse = [[language, *h.tokens[: limit - 2], eos] for nbest in hypotheses for h in nbest]
+        originals = [self.tokenizer.target_ids(sentence, limit) for sentence, nbest in zip(sentences, hypotheses) for _ in nbest]
+        lengths = [max(len(r), len(o)) for r, o in zip(reverse, originals)]
+        scores = [0.0] * len(reverse)
+        for batch in self._batches(sorted(range(len(reverse)), key=lengths.__getitem__), lengths, 1):
+            means = mean_log_probs(self.inference_model, self.pad([reverse[i] for i in batch]), self.pad([originals[i] for i in batch]))
+            for i, mean in zip(batch, means.tolist()):
+                scores[i] = mean
+        flat = iter(scores)
+        return [[next(flat) for _ in nbest] for nbest in hypotheses]
 
     def encode_source(self, sentence: str, target_lang: str, options: SearchOptions) -> list[int]:
         """The encoder input for one sentence: its target-language tag, the speech level ``options`` ask for, its
@@ -180,23 +208,25 @@ class Translator:
 
     def decoding_options(self, options: SearchOptions) -> SearchOptions:
         """``options`` as every search of this model needs them: the tokenizer's never-generated ids banned
-        (the ``<bt>`` tag marks synthetic training sources, so an output must never contain it). EOS cannot be
-        banned: no hypothesis could end, and the search would return none."""
+        (the ``<bt>`` tag marks synthetic training sources, so an output must never contain it), and the whole beam
+        kept when it is to be reranked (:meth:`rerank`). EOS cannot be banned: no hypothesis could end, and the
+        search would return none."""
         if self.tokenizer.eos_id in options.banned_ids:
             raise ValueError(f"banned_ids holds the end-of-sentence id {self.tokenizer.eos_id}: no translation could end")
         missing = tuple(i for i in self.tokenizer.never_generated if i not in options.banned_ids)
-        return dataclasses.replace(options, banned_ids=(*options.banned_ids, *missing)) if missing else options
+        nbest = options.beam_size if options.reconstruction_weight else options.nbest
+        return dataclasses.replace(options, banned_ids=(*options.banned_ids, *missing), nbest=nbest)
 
     def beam_search(self, options: SearchOptions) -> BeamSearch:
         """An empty iteration-level search on the decoding model, which sentences may join between steps (:mod:`nmt.continuous`)."""
         return BeamSearch(self.inference_model, self.tokenizer.bos_id, self.tokenizer.eos_id, self.decoding_options(options))
 
-    def _batches(self, order: list[int], encoded: list[list[int]], beam_size: int) -> list[list[int]]:
-        """Greedy packing of length-sorted sentences so that longest × count × beam stays within budget."""
+    def _batches(self, order: list[int], lengths: list[int], beam_size: int) -> list[list[int]]:
+        """Greedy packing of rows sorted by ``lengths`` so that longest × count × beam stays within budget."""
         batches: list[list[int]] = []
         current: list[int] = []
         for i in order:
-            longest = len(encoded[i])  # sorted ascending: the newest member is the longest
+            longest = lengths[i]  # sorted ascending: the newest member is the longest
             if current and longest * (len(current) + 1) * beam_size > self.max_batch_tokens:
                 batches.append(current)
                 current = []

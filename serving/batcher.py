@@ -190,7 +190,7 @@ class Batcher:
                     if search is None:
                         job = item.job
                         search = self._running[key] = ContinuousTranslation(
-                            self.translator, job.target_lang, job.options, self.config.max_batch_tokens)
+                            self.translator, job.source_lang, job.target_lang, job.options, self.config.max_batch_tokens)
                     try:
                         search.add(item, item.job.texts)
                     except Exception as error:  # the caller must hear about it; the worker must survive it

@@ -35,6 +35,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--nbest", type=int, help="hypotheses per text (with --json)")
     parser.add_argument("--speech-level", choices=[level.value for level in REQUESTABLE_LEVELS],
                         help="speech level of a translation into Korean, if the model has level tags (see --info)")
+    parser.add_argument("--reconstruction-weight", type=float,
+                        help="rerank the beam by back-translation at this weight; 0 turns it off (default: the server's)")
     parser.add_argument("--attention", action="store_true", help="ask for the attention matrix (with --json)")
     parser.add_argument("--json", action="store_true", help="print whole responses as JSON")
     parser.add_argument("--info", action="store_true", help="print what the server translates and exit")
@@ -58,6 +60,8 @@ def decoding_options(args: argparse.Namespace) -> translator_pb2.DecodingOptions
         options.nbest = args.nbest
     if args.speech_level is not None:
         options.speech_level = args.speech_level
+    if args.reconstruction_weight is not None:
+        options.reconstruction_weight = args.reconstruction_weight
     return options
 
 

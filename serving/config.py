@@ -78,6 +78,9 @@ class ServerConfig:
     limits: Limits = field(default_factory=Limits)
     batching: BatchingConfig = field(default_factory=BatchingConfig)
     http: HttpConfig | None = None  # the HTTP API and web page; None serves gRPC only (the command serves both)
+    # every pair's default reranking weight (nmt.rerank), for requests that set none; None keeps the model's, and 0
+    # trades the model's tuned quality for throughput
+    reconstruction_weight: float | None = None
 
     def __post_init__(self) -> None:
         if (self.tls_cert is None) != (self.tls_key is None):
@@ -88,6 +91,8 @@ class ServerConfig:
             raise ValueError("stream_window and max_concurrent_rpcs must be at least 1")
         if self.grace_period_s < 0:
             raise ValueError(f"grace_period_s must be ≥ 0, got {self.grace_period_s}")
+        if self.reconstruction_weight is not None and not 0 <= self.reconstruction_weight < float("inf"):
+            raise ValueError(f"reconstruction_weight must be a finite number ≥ 0, got {self.reconstruction_weight}")
         if self.kernel_cache_capacity < 1:  # ideep crashes with an empty cache
             raise ValueError(f"kernel_cache_capacity must be at least 1, got {self.kernel_cache_capacity}")
 

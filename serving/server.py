@@ -259,6 +259,9 @@ def _load_translator(config: ServerConfig) -> Translator:
         raise StartupError(str(error)) from error
     if not translator.language_pairs:
         raise StartupError(f"the model in {config.model_dir} lists no language pairs in its metadata.json")
+    if config.reconstruction_weight is not None:
+        for defaults in translator.decoding_defaults.values():
+            defaults["reconstruction_weight"] = config.reconstruction_weight
     for source, target in translator.language_pairs:
         if target not in translator.tokenizer.languages:
             raise StartupError(f"the model in {config.model_dir} lists {source}->{target} but has no decoder for "
@@ -325,6 +328,9 @@ def parse_args(argv: list[str] | None = None) -> tuple[ServerConfig, str]:
                         help="texts per TranslateBatch request (default: %(default)s)")
     parser.add_argument("--max-beam-size", type=int, default=limits.max_beam_size, help="(default: %(default)s)")
     parser.add_argument("--no-batching", action="store_true", help="decode every request on its own")
+    parser.add_argument("--reconstruction-weight", type=float,
+                        help="default weight of reranking the beam by back-translation, for requests that set none; "
+                             "0 turns it off for more throughput (default: the model's)")
     parser.add_argument("--max-batch-tokens", type=int,
                         help="source tokens decoded together (default: the device's budget, 4096 on a CPU, 65536 on a GPU)")
     parser.add_argument("--max-queued-requests", type=int, default=batching.max_queued_requests,
@@ -344,6 +350,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[ServerConfig, str]:
             http=None if args.no_http else HttpConfig(args.http_host, args.http_port),
             limits=Limits(args.max_text_chars, args.max_text_tokens, args.max_batch_texts, args.max_beam_size),
             batching=BatchingConfig(not args.no_batching, max_batch_tokens, args.max_queued_requests),
+            reconstruction_weight=args.reconstruction_weight,
         )
     except ValueError as error:
         parser.error(str(error))

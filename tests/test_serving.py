@@ -20,6 +20,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
 
+from nmt.search import SearchOptions
 from nmt.sentences import split_sentences
 from serving import client
 from serving.config import BatchingConfig, Limits, ServerConfig
@@ -134,6 +135,14 @@ def test_translate_with_nbest_and_attention(live):
     assert len(attention.rows) == len(attention.target_tokens)
     assert all(len(row.weights) == len(attention.source_tokens) for row in attention.rows)
     assert all(math.isclose(sum(row.weights), 1.0, abs_tol=1e-3) for row in attention.rows)
+
+
+def test_a_request_may_ask_to_rerank_the_beam_by_back_translation(live, fixture_translator):
+    text = f"{KO[0]} {KO[1][::-1]}"  # a learnt sentence and one the model is unsure of
+    response = live.stub.Translate(request(text, beam_size=4, nbest=2, reconstruction_weight=1.0), timeout=TIMEOUT)
+    [expected] = fixture_translator.translate([text], "ko", "en", SearchOptions(beam_size=4, nbest=2, reconstruction_weight=1.0))
+    assert response.translation == expected.text
+    assert [h.text for h in response.hypotheses] == [c.text for c in expected.candidates]
 
 
 def test_long_text_is_split_into_sentences_not_truncated(live):
@@ -313,6 +322,8 @@ def _refusal(call, message) -> grpc.RpcError:
         (request(KO[0], beam_size=9), "options.beam_size is 9; it must be between 1 and 8"),
         (request(KO[0], beam_size=2, nbest=3), "nbest must be between 1 and beam_size (2), got 3"),
         (request(KO[0], length_penalty=math.nan), "options.length_penalty must be a finite number"),
+        (request(KO[0], reconstruction_weight=math.inf), "options.reconstruction_weight must be a finite number"),
+        (request(KO[0], reconstruction_weight=-0.5), "reconstruction_weight must be a finite number ≥ 0, got -0.5"),
         (request(KO[0], max_len_b=0), "max_len_b ≥ 1"),
         (request(EN[0], "en", "ko", speech_level="formal"),
          "speech level 'formal' cannot be asked of this model (it was trained without speech-level tags)"),
@@ -459,6 +470,20 @@ def test_the_precision_flag_loads_an_int8_decoding_model(fixture_model_dir):
     translator = load_translator(config)
     assert translator.precision == "int8"
     assert translator.translate(["감사합니다."], "ko", "en")[0].text == "Thank you."
+
+
+def test_the_server_may_set_every_pairs_reranking_weight(fixture_model_dir, tmp_path):
+    model_dir = shutil.copytree(fixture_model_dir, tmp_path / "reranking")
+    metadata = json.loads((model_dir / "metadata.json").read_text(encoding="utf-8"))
+    metadata["decoding"] = {"directions": {"ko-en": {"reconstruction_weight": 0.3}}}
+    (model_dir / "metadata.json").write_text(json.dumps(metadata), encoding="utf-8")
+    as_tuned = load_translator(parse_args(["--model", str(model_dir), "--device", "cpu"])[0])
+    assert [as_tuned.default_options(*pair).reconstruction_weight for pair in (("ko", "en"), ("en", "ko"))] == [0.3, 0.0]
+    switched_off = load_translator(parse_args(["--model", str(model_dir), "--device", "cpu", "--reconstruction-weight", "0"])[0])
+    assert [switched_off.default_options(*pair).reconstruction_weight for pair in (("ko", "en"), ("en", "ko"))] == [0.0, 0.0]
+    assert switched_off.default_options("ko", "en", reconstruction_weight=1.0).reconstruction_weight == 1.0  # a request's own wins
+    with pytest.raises(SystemExit):
+        parse_args(["--reconstruction-weight", "-1"])
 
 
 def test_the_model_is_loaded_in_a_thread_that_has_ended(fixture_model_dir, monkeypatch):

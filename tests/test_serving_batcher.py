@@ -116,7 +116,8 @@ def assert_same_translation(translation, reference) -> None:
         assert translation.attention.weights == [pytest.approx(row, abs=1e-5) for row in reference.attention.weights]
 
 
-@pytest.mark.parametrize("options", [SearchOptions(beam_size=1), SearchOptions(beam_size=4, nbest=2, return_attention=True)])
+@pytest.mark.parametrize("options", [SearchOptions(beam_size=1), SearchOptions(beam_size=4, nbest=2, return_attention=True),
+                                     SearchOptions(beam_size=4, nbest=2, reconstruction_weight=0.5)])
 def test_batched_results_equal_unbatched_ones(make_batcher, fixture_translator, options):
     batched = decode_all(make_batcher(), [job(text, options) for text in SOURCES])
     one_at_a_time = decode_all(make_batcher(BatchingConfig(enabled=False)), [job(text, options) for text in SOURCES])

@@ -37,3 +37,14 @@ def test_missing_model_directory_fails_clearly(tmp_path):
     assert result.returncode != 0
     assert f"error: model directory {tmp_path / 'absent'} does not exist" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_reranking_by_back_translation_is_a_flag_and_a_negative_weight_fails_clearly(fixture_model_dir):
+    ko, en = PAIRS[0]
+    reranked = run_cli(fixture_model_dir, "--source-lang", "ko", "--target-lang", "en", "--device", "cpu",
+                       "--reconstruction-weight", "1.0", stdin=ko + "\n")
+    assert reranked.returncode == 0, reranked.stderr
+    assert reranked.stdout == en + "\n"
+    refused = run_cli(fixture_model_dir, "--source-lang", "ko", "--target-lang", "en", "--device", "cpu",
+                      "--reconstruction-weight", "-1", stdin=ko + "\n")
+    assert refused.returncode == 2 and "error: reconstruction_weight must be a finite number ≥ 0" in refused.stderr

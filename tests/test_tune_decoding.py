@@ -56,6 +56,18 @@ def test_the_length_penalty_is_chosen_by_the_objective_and_the_ngram_ban_by_loop
     assert chosen.setting == Setting(1.2, 4) and baseline.setting == Setting(1.0, 0)
 
 
+def test_a_reranking_weight_is_chosen_only_where_it_gains_enough(monkeypatch):
+    """Reranking costs a teacher-forced pass per candidate, so λ stays 0 unless the best λ beats it by the margin."""
+    grid = {0.0: 20.0, 0.1: 20.05, 0.3: 20.3, 0.5: 20.2}
+    monkeypatch.setattr(tune_decoding, "run_trial", lambda *args: Trial(args[3], grid[args[3].reconstruction_weight], 0, []))
+
+    def chosen(min_gain):
+        return tune_decoding.tune(None, [], [], [], [], 4, None, report=lambda _: None, reconstruction_weights=[0.1, 0.3, 0.5],
+                                  min_rerank_gain=min_gain)[0].setting
+    assert chosen(0.1) == Setting(1.0, 0, 0.3)
+    assert chosen(0.5) == Setting(1.0, 0, 0.0)
+
+
 def test_set_weights_weigh_each_sets_primary_metric_in_the_mean():
     results = [{"set": "flores-dev", "primary_metric": "bleu", "bleu": 8.0},
                {"set": "python-docs-dev", "primary_metric": "bleu", "bleu": 20.0},
@@ -135,25 +147,30 @@ def test_each_direction_is_tuned_on_its_own_objective(monkeypatch):
 def test_tuning_writes_each_directions_choice_and_evaluate_uses_it(fixture_model_dir, tiny_recipe, tmp_path, capsys):
     model_dir = shutil.copytree(fixture_model_dir, tmp_path / "model")
     chosen = tune_decoding.main(["--config", str(tiny_recipe), "--model", str(model_dir), "--length-penalties", "0.6",
-                                 "--no-repeat-ngram-sizes", "2", "--set-weights", "tiny-dev=2", "--write"])
+                                 "--no-repeat-ngram-sizes", "2", "--reconstruction-weights", "0.5", "--min-rerank-gain", "-100",
+                                 "--set-weights", "tiny-dev=2", "--write"])
     assert set(chosen) == {"ko-en", "en-ko"}
+    assert all(setting.reconstruction_weight == 0.5 for setting in chosen.values())  # any gain would do
     report = json.loads((model_dir / "decoding.json").read_text(encoding="utf-8"))
     for pair, tuning in report["directions"].items():
-        tried = [(t["length_penalty"], t["no_repeat_ngram_size"]) for t in tuning["trials"]]
-        assert tried[:2] == [(1.0, 0), (0.6, 0)] and tried[-1][1] == 2  # the library default first, the ban last
+        tried = [(t["length_penalty"], t["no_repeat_ngram_size"], t["reconstruction_weight"]) for t in tuning["trials"]]
+        assert tried[:2] == [(1.0, 0, 0), (0.6, 0, 0)] and tried[-2][1:] == (2, 0)  # the library default first, then the ban
+        assert tried[-1][2] == 0.5  # the reranking weight last, at the chosen α and ban
         assert {(r["set"], r["direction"]) for t in tuning["trials"] for r in t["results"]} == {("tiny-dev", pair)}  # dev sets only
     decoding = json.loads((model_dir / "metadata.json").read_text(encoding="utf-8"))["decoding"]
     assert decoding["chosen_on"]["set_weights"] == report["set_weights"] == {"tiny-dev": 2.0}
     for pair, setting in chosen.items():
         written = decoding["directions"][pair]
-        assert (written["length_penalty"], written["no_repeat_ngram_size"]) == (setting.length_penalty, setting.no_repeat_ngram_size)
+        assert (written["length_penalty"], written["no_repeat_ngram_size"], written["reconstruction_weight"]) == (
+            setting.length_penalty, setting.no_repeat_ngram_size, 0.5)
     printed = capsys.readouterr().out
     assert "ko-en chosen:" in printed and "en-ko chosen:" in printed
 
     evaluation = evaluate.main(["--config", str(tiny_recipe), "--model", str(model_dir), "--sets", "tiny-dev"])
     for pair, setting in chosen.items():
         used = evaluation["decoding"]["directions"][pair]
-        assert (used["length_penalty"], used["no_repeat_ngram_size"]) == (setting.length_penalty, setting.no_repeat_ngram_size)
+        assert (used["length_penalty"], used["no_repeat_ngram_size"], used["reconstruction_weight"]) == (
+            setting.length_penalty, setting.no_repeat_ngram_size, 0.5)
 
 
 def test_tuning_refuses_test_sets(fixture_model_dir, tiny_recipe):

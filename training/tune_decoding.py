@@ -1,4 +1,5 @@
-"""Choose a model's decoding defaults on the dev sets, per direction: length penalty, then no-repeat n-gram size.
+"""Choose a model's decoding defaults on the dev sets, per direction: length penalty, no-repeat n-gram size, then
+the weight of reranking by back-translation.
 
     python -m training.tune_decoding --config configs/release.yaml --model models/default [--limit 200] [--write]
 
@@ -12,7 +13,9 @@ sets). A direction's objective is the mean of its primary metric (BLEU into Engl
 dev set, or a weighted mean with ``--set-weights``: the plain mean follows whichever set moves most (a longer
 n-gram ban gains python-docs-dev most, whose code-like text repeats honestly, and costs the general sets the
 release targets; session 28). The report also counts looping hypotheses (a word n-gram four times in a row), the
-failure the n-gram ban is for.
+failure the n-gram ban is for. Last, at the chosen α and n-gram size, the reconstruction weight λ of
+:mod:`nmt.rerank`: reranking the beam by log P(source | candidate) costs a teacher-forced pass over every candidate,
+so a λ above 0 is kept only where it gains at least ``--min-rerank-gain`` on the objective.
 
 ``--write`` stores each direction's choice in the model's ``metadata.json`` under ``decoding`` → ``directions``,
 where :class:`~nmt.translator.Translator` takes its defaults from; the full grid goes to ``<model>/decoding.json``.
@@ -21,6 +24,7 @@ where :class:`~nmt.translator.Translator` takes its defaults from; the full grid
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import re
 import tempfile
@@ -44,6 +48,7 @@ LOOP_NGRAM, LOOP_REPEATS = 4, 4  # as the back-translation filter: four repeats 
 class Setting:
     length_penalty: float
     no_repeat_ngram_size: int
+    reconstruction_weight: float = 0.0
 
 
 @dataclass
@@ -81,6 +86,7 @@ def run_trial(translator: Translator, sets, directions, setting: Setting, beam_s
 
 
 LOOP_TOLERANCE = 0.1  # mean metric points: far below what 300 dev lines per set can tell apart
+MIN_RERANK_GAIN = 0.1  # mean metric points a reranking weight must add to be worth its teacher-forced pass
 
 
 def best(trials: Sequence[Trial], tolerance: float = 0.0) -> Trial:
@@ -97,11 +103,13 @@ BASELINE = Setting(SearchOptions.length_penalty, SearchOptions.no_repeat_ngram_s
 
 def tune(translator: Translator, sets, directions, length_penalties: Sequence[float], ngram_sizes: Sequence[int],
          beam_size: int, limit: int | None, tolerance: float = LOOP_TOLERANCE, set_weights: Mapping[str, float] = EVEN,
-         report=print) -> tuple[Trial, Trial, list[Trial]]:
+         report=print, reconstruction_weights: Sequence[float] = (), min_rerank_gain: float = MIN_RERANK_GAIN,
+         ) -> tuple[Trial, Trial, list[Trial]]:
     """(chosen, baseline, all trials): the library defaults first, α over ``length_penalties`` with repeats
     allowed, by the objective alone (the loops there are what the n-gram stage is for, so they must not pick α),
-    then the n-gram size at that α by :func:`best` with ``tolerance``. Ties keep the earlier setting, so the
-    defaults stay unless beaten."""
+    then the n-gram size at that α by :func:`best` with ``tolerance``, then the reconstruction weight at both,
+    the best of ``reconstruction_weights`` where it beats no reranking by ``min_rerank_gain``. Ties keep the
+    earlier setting, so the defaults stay unless beaten."""
     trials: list[Trial] = []
 
     def trial(setting: Setting) -> Trial:
@@ -109,13 +117,16 @@ def tune(translator: Translator, sets, directions, length_penalties: Sequence[fl
         if done is None:
             done = run_trial(translator, sets, directions, setting, beam_size, limit, set_weights)
             trials.append(done)
-            report(f"length_penalty {setting.length_penalty:<4} no_repeat_ngram_size {setting.no_repeat_ngram_size}: "
-                   f"objective {done.objective:.3f}, loops {done.loops}")
+            report(f"length_penalty {setting.length_penalty:<4} no_repeat_ngram_size {setting.no_repeat_ngram_size} "
+                   f"reconstruction_weight {setting.reconstruction_weight:g}: objective {done.objective:.3f}, loops {done.loops}")
         return done
 
     baseline = trial(BASELINE)
     alpha = best([baseline, *(trial(Setting(a, 0)) for a in length_penalties)]).setting.length_penalty
     chosen = best([trial(Setting(alpha, n)) for n in [0, *ngram_sizes]], tolerance)
+    reranked = [trial(dataclasses.replace(chosen.setting, reconstruction_weight=w)) for w in reconstruction_weights]
+    if reranked and (top := best(reranked)).objective >= chosen.objective + min_rerank_gain:
+        chosen = top
     return chosen, baseline, trials
 
 
@@ -130,14 +141,15 @@ class Choice:
 
 def tune_directions(translator: Translator, sets, directions: Sequence[tuple[str, str]], length_penalties: Sequence[float],
                     ngram_sizes: Sequence[int], beam_size: int, limit: int | None, tolerance: float = LOOP_TOLERANCE,
-                    set_weights: Mapping[str, float] = EVEN, report=print) -> dict[str, Choice]:
+                    set_weights: Mapping[str, float] = EVEN, report=print, reconstruction_weights: Sequence[float] = (),
+                    min_rerank_gain: float = MIN_RERANK_GAIN) -> dict[str, Choice]:
     """:func:`tune` for each direction on its own dev sets and objective, ``"ko-en"`` → its :class:`Choice`."""
     choices = {}
     for source_lang, target_lang in directions:
         pair = f"{source_lang}-{target_lang}"
         choices[pair] = Choice(*tune(translator, sets, [(source_lang, target_lang)], length_penalties, ngram_sizes,
                                      beam_size, limit, tolerance, set_weights,
-                                     report=lambda line, pair=pair: report(f"{pair}: {line}")))
+                                     lambda line, pair=pair: report(f"{pair}: {line}"), reconstruction_weights, min_rerank_gain))
     return choices
 
 
@@ -187,6 +199,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Setting]:
                         help="α values to try besides the library default (default: 0.6,0.8,1.2,1.5,2.0)")
     parser.add_argument("--no-repeat-ngram-sizes", type=parse_ints, default=[3, 4],
                         help="n-gram sizes to try at the best α, besides 0 (repeats allowed) (default: 3,4)")
+    parser.add_argument("--reconstruction-weights", type=parse_floats, default=[0.1, 0.3, 0.5, 1.0],
+                        help="reranking weights λ to try at the chosen α and n-gram size (default: 0.1,0.3,0.5,1.0)")
+    parser.add_argument("--min-rerank-gain", type=float, default=MIN_RERANK_GAIN,
+                        help="the objective a λ above 0 must add to be chosen (default: %(default)s)")
     parser.add_argument("--loop-tolerance", type=float, default=LOOP_TOLERANCE,
                         help="give up this much of the objective for fewer looping outputs (default: %(default)s)")
     parser.add_argument("--set-weights", type=parse_set_weights, default={},
@@ -206,7 +222,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Setting]:
     sets = evaluation_sets(recipe, dev_names)
     translator = Translator.load(args.model, args.device)
     choices = tune_directions(translator, sets, recipe.directions, args.length_penalties, args.no_repeat_ngram_sizes,
-                              args.beam_size, args.limit, args.loop_tolerance, args.set_weights)
+                              args.beam_size, args.limit, args.loop_tolerance, args.set_weights,
+                              reconstruction_weights=args.reconstruction_weights, min_rerank_gain=args.min_rerank_gain)
     report = {"sets": dev_names, "limit": args.limit, "set_weights": args.set_weights, "beam_size": args.beam_size,
               "loop_tolerance": args.loop_tolerance,
               "directions": {pair: {"chosen": vars(c.chosen.setting),
@@ -216,7 +233,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Setting]:
     (args.model / "decoding.json").write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     for pair, c in choices.items():
         print(f"{pair} chosen: length_penalty {c.chosen.setting.length_penalty}, no_repeat_ngram_size "
-              f"{c.chosen.setting.no_repeat_ngram_size}: objective {c.baseline.objective:.3f} -> {c.chosen.objective:.3f}, "
+              f"{c.chosen.setting.no_repeat_ngram_size}, reconstruction_weight {c.chosen.setting.reconstruction_weight:g}: objective {c.baseline.objective:.3f} -> {c.chosen.objective:.3f}, "
               f"loops {c.baseline.loops} -> {c.chosen.loops}")
     if args.write:
         write_defaults(args.model, choices, dev_names, args.limit, args.set_weights)
