@@ -25,12 +25,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="lines read and translated together (default: 64 on a CPU, 4096 on a GPU; nmt.budget)")
     add_tuned_options(parser)
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
+    add_precision_options(parser)
+    return parser.parse_args(argv)
+
+
+def add_precision_options(parser: argparse.ArgumentParser) -> None:
+    """``--int8`` or ``--bf16`` for the decoding copy of the model (``args.precision``, fp32 when neither)."""
     precision = parser.add_mutually_exclusive_group()
     precision.add_argument("--int8", dest="precision", action="store_const", const="int8", default="fp32",
                            help="int8 weights (dynamic quantisation, CPU): faster, BLEU within a few tenths")
     precision.add_argument("--bf16", dest="precision", action="store_const", const="bf16",
                            help="bfloat16 weights and products: faster on CPUs with AVX-512-BF16/AMX and on GPUs")
-    return parser.parse_args(argv)
 
 
 def add_tuned_options(parser: argparse.ArgumentParser) -> None:

@@ -97,6 +97,13 @@ def test_cli_filters_sets_and_directions(tiny_recipe, fixture_model_dir, tmp_pat
     assert (tmp_path / "dev-only" / "tiny-dev.ko-en.hyp").is_file()
 
 
+def test_cli_evaluates_a_chosen_precision_and_records_it(tiny_recipe, fixture_model_dir, tmp_path):
+    report = main(["--config", str(tiny_recipe), "--model", str(fixture_model_dir), "--out", str(tmp_path / "int8.json"),
+                   "--device", "cpu", "--sets", "tiny-dev", "--directions", "ko-en", "--int8"])
+    assert report["decoding"]["precision"] == "int8"
+    assert report["results"][0]["bleu"] > 90  # the fixture model translates its own dev set, quantised or not
+
+
 def test_cli_rejects_unknown_sets(tiny_recipe, fixture_model_dir):
     with pytest.raises(EvaluationError, match="unknown evaluation sets nope"):
         main(["--config", str(tiny_recipe), "--model", str(fixture_model_dir), "--sets", "nope", "--device", "cpu"])

@@ -35,7 +35,7 @@ from sacrebleu.metrics import BLEU, CHRF
 
 from nmt.checkpoint import CheckpointError
 from nmt.search import SearchOptions
-from nmt.translate import add_tuned_options, given_options
+from nmt.translate import add_precision_options, add_tuned_options, given_options
 from nmt.translator import Translator, UnsupportedLanguagePair, UnsupportedSpeechLevel
 from training.recipe import CorpusSpec, Recipe, load_recipe
 
@@ -209,7 +209,7 @@ def build_report(translator: Translator, model_dir: Path, recipe: Recipe, config
         },
         "recipe": {"name": recipe.name, "config": str(config_path)},
         "decoding": {"directions": {pair: asdict(o) for pair, o in options.items()}, "batch_tokens": config.batch_tokens,
-                     "device": str(translator.device)},
+                     "device": str(translator.device), "precision": translator.precision},
         "limit": config.limit,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "results": results,
@@ -250,6 +250,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--limit", type=int, help="score only the first N lines of every set")
     parser.add_argument("--out", type=Path, help="report path (default: <model>/eval.json); hypotheses go beside it")
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
+    add_precision_options(parser)
     parser.add_argument(
         "--korean-bleu-tokenize", choices=["char", "ko-mecab", "intl", "13a"], default=KOREAN_BLEU_TOKENIZE,
         help="BLEU tokenizer for Korean targets (ko-mecab needs 'sacrebleu[ko]')",
@@ -266,7 +267,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     args = parse_args(argv)
     recipe = load_recipe(args.config)
     sets = evaluation_sets(recipe, args.sets)
-    translator = Translator.load(args.model, args.device, max_batch_tokens=args.batch_tokens)
+    translator = Translator.load(args.model, args.device, max_batch_tokens=args.batch_tokens, precision=args.precision)
     directions = args.directions or recipe.directions
     config = EvaluationConfig(
         search_overrides={"beam_size": args.beam_size, **given_options(args)},
