@@ -61,7 +61,9 @@ def compare_choices(translator: Translator, dev_path: Path, sentences: int, beam
     for corpus, source_lang, target_lang in directions_of(dev_path):
         dev = load_dev_set(dev_path, corpus, source_lang, target_lang, sentences)
         for beam_size in beam_sizes:
-            options = translator.default_options(source_lang, target_lang, beam_size=beam_size, nbest=beam_size)
+            # the beam's own n-best and scores: the model's reranking by back-translation would reorder both
+            options = translator.default_options(source_lang, target_lang, beam_size=beam_size, nbest=beam_size,
+                                                 reconstruction_weight=0.0)
             started = time.perf_counter()
             nbest = [([c.text for c in t.candidates], [c.score for c in t.candidates])
                      for t in translator.translate(dev.sources, source_lang, target_lang, options)]
