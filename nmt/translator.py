@@ -171,8 +171,8 @@ class Translator:
     def rerank(self, sentences: Sequence[str], hypotheses: Sequence[list[Hypothesis]], source_lang: str,
                options: SearchOptions) -> list[list[Hypothesis]]:
         """Each sentence's n-best reordered by :func:`nmt.rerank.rerank` at ``options.reconstruction_weight`` and cut
-        to ``options.nbest``; as searched when the weight is 0."""
-        if not options.reconstruction_weight:
+        to ``options.nbest``; as searched when the weight is 0 or the search kept one hypothesis (greedy)."""
+        if not options.reconstruction_weight or options.beam_size == 1:
             return list(hypotheses)
         channel = self.reconstruction_scores(sentences, hypotheses, source_lang)
         return [rerank(nbest, scores, options.reconstruction_weight, options.length_penalty)[: options.nbest]

@@ -94,7 +94,9 @@ def test_reranking_keeps_what_the_overfitted_model_knows(fixture_translator):
     assert [t.text for t in fixture_translator.translate(sources, "ko", "en", options)] == targets
 
 
-def test_without_a_weight_nothing_is_rescored(fixture_translator, monkeypatch):
+def test_without_a_weight_or_a_beam_nothing_is_rescored(fixture_translator, monkeypatch):
     monkeypatch.setattr(fixture_translator, "reconstruction_scores", lambda *args: pytest.fail("rescored"))
     [translation] = fixture_translator.translate([PAIRS[0][0]], "ko", "en", SearchOptions(beam_size=4, nbest=2))
     assert translation.text == PAIRS[0][1] and len(translation.candidates) == 2
+    [greedy] = fixture_translator.translate([PAIRS[0][0]], "ko", "en", SearchOptions(beam_size=1, reconstruction_weight=0.5))
+    assert greedy.text == PAIRS[0][1]  # one hypothesis: nothing to choose between
