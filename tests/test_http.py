@@ -273,6 +273,11 @@ def test_every_route_is_in_the_openapi_description(live):
     assert routes == described
 
 
+def test_the_openapi_decoding_options_are_the_protos():
+    spec = json.loads((WEB_DIR / "openapi.json").read_text("utf-8"))
+    assert set(spec["components"]["schemas"]["DecodingOptions"]["properties"]) == set(pb.DecodingOptions.DESCRIPTOR.fields_by_name)
+
+
 def test_the_page_and_its_files_are_served_by_the_project(live):
     content_type, page = fetch(live, "/")
     assert content_type.startswith("text/html") and b'data-testid="heatmap"' in page
