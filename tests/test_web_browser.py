@@ -112,3 +112,23 @@ def test_translate_korean_and_explore_attention(server, browser, translator, tmp
         Select(browser.find_element(By.ID, "head")).select_by_value("mean")
         ActionChains(browser).move_to_element(browser.find_element(By.CSS_SELECTOR, f"{ROWS} th")).perform()
         browser.save_screenshot(str(Path(os.environ["KOTRANS_SCREENSHOT"])))
+
+
+def test_unticking_rerank_asks_for_the_beams_own_choice(server, browser):
+    """The box left ticked keeps the model's reranking weight; unticked, the request sets it to 0."""
+    wait = WebDriverWait(browser, TIMEOUT)
+    browser.get(f"http://127.0.0.1:{server.server.http.port}/")
+    wait.until(lambda b: b.find_element(By.ID, "target-lang").get_attribute("value") == "en")
+    browser.execute_script(
+        "window.sent = []; const fetched = window.fetch;"
+        "window.fetch = (path, init) => { if (init && init.body) window.sent.push(JSON.parse(init.body)); return fetched(path, init); };")
+    Select(browser.find_element(By.ID, "source-lang")).select_by_value("ko")
+    browser.find_element(By.CSS_SELECTOR, "[data-testid=text]").send_keys(TEXT)
+    for tick in (False, True):
+        if tick:
+            browser.find_element(By.CSS_SELECTOR, "[data-testid=rerank]").click()
+        browser.find_element(By.CSS_SELECTOR, "[data-testid=translate]").click()
+        wait.until(lambda b: len(b.execute_script("return window.sent")) == (4 if tick else 2))  # translate, explain
+    sent = [request["options"] for request in browser.execute_script("return window.sent")]
+    assert [options.get("reconstruction_weight") for options in sent] == [None, None, 0, 0]
+    assert browser.find_element(By.CSS_SELECTOR, "[data-testid=translation]").text

@@ -79,6 +79,7 @@ async function translate() {
   };
   const level = $("speech-level");
   if (!level.parentElement.hidden && level.value) request.options.speech_level = level.value;
+  if (!$("rerank").checked) request.options.reconstruction_weight = 0;
   $("translate").disabled = true;
   $("error").textContent = "";
   try {
