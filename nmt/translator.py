@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -83,11 +83,13 @@ class Translator:
 
     ``model`` stays the model as trained (to save, inspect or train further); decoding runs on a copy taken
     now and prepared for ``precision``: ``fp32``, ``bf16`` or ``int8`` (see :mod:`nmt.precision`).
-    ``max_batch_tokens`` defaults to the device's budget (:mod:`nmt.budget`).
+    ``max_batch_tokens`` defaults to the device's budget (:mod:`nmt.budget`). ``decoding_overrides`` replace
+    tuned defaults for every pair (a server's ``--reconstruction-weight``); a request's own options still win.
     """
 
     def __init__(
-        self, model: Transformer, tokenizer: Tokenizer, metadata: dict, max_batch_tokens: int | None = None, precision: str = "fp32"
+        self, model: Transformer, tokenizer: Tokenizer, metadata: dict, max_batch_tokens: int | None = None, precision: str = "fp32",
+        decoding_overrides: Mapping[str, object] | None = None,
     ):
         self.model, self.tokenizer, self.metadata = model, tokenizer, metadata
         self.inference_model = prepare_for_inference(copy.deepcopy(model), precision)
@@ -95,7 +97,10 @@ class Translator:
         self.precision = precision
         pairs = metadata.get("language_pairs") or [[s, t] for s in tokenizer.languages for t in tokenizer.languages if s != t]
         self.language_pairs: list[tuple[str, str]] = [tuple(pair) for pair in pairs]
-        self.decoding_defaults = tuned_defaults(metadata.get("decoding", {}), self.language_pairs)
+        if unknown := set(decoding_overrides or {}) - set(TUNED_OPTIONS):
+            raise ValueError(f"not tuned decoding options: {', '.join(sorted(unknown))} (tuned: {', '.join(TUNED_OPTIONS)})")
+        self.decoding_defaults = {pair: {**defaults, **(decoding_overrides or {})}
+                                  for pair, defaults in tuned_defaults(metadata.get("decoding", {}), self.language_pairs).items()}
 
     @classmethod
     def load(cls, model_dir: str | Path = DEFAULT_MODEL_DIR, device: str = "auto", **kwargs) -> Translator:

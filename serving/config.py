@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nmt.precision import PRECISIONS
+from nmt.search import SearchOptions
 from nmt.translator import DEFAULT_MODEL_DIR
 
 MIB = 1024 * 1024
@@ -91,8 +92,8 @@ class ServerConfig:
             raise ValueError("stream_window and max_concurrent_rpcs must be at least 1")
         if self.grace_period_s < 0:
             raise ValueError(f"grace_period_s must be ≥ 0, got {self.grace_period_s}")
-        if self.reconstruction_weight is not None and not 0 <= self.reconstruction_weight < float("inf"):
-            raise ValueError(f"reconstruction_weight must be a finite number ≥ 0, got {self.reconstruction_weight}")
+        if self.reconstruction_weight is not None:
+            SearchOptions(reconstruction_weight=self.reconstruction_weight)  # its check: finite and ≥ 0
         if self.kernel_cache_capacity < 1:  # ideep crashes with an empty cache
             raise ValueError(f"kernel_cache_capacity must be at least 1, got {self.kernel_cache_capacity}")
 

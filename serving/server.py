@@ -253,15 +253,13 @@ def _load_translator(config: ServerConfig) -> Translator:
         raise StartupError(f"no model at {config.model_dir}; train one (make train) "
                            "or pass --model DIR (MODEL=DIR for make serve)")
     try:
+        overrides = {} if config.reconstruction_weight is None else {"reconstruction_weight": config.reconstruction_weight}
         translator = Translator.load(config.model_dir, config.device, max_batch_tokens=config.batching.max_batch_tokens,
-                                     precision=config.precision)
+                                     precision=config.precision, decoding_overrides=overrides)
     except (CheckpointError, ValueError) as error:
         raise StartupError(str(error)) from error
     if not translator.language_pairs:
         raise StartupError(f"the model in {config.model_dir} lists no language pairs in its metadata.json")
-    if config.reconstruction_weight is not None:
-        for defaults in translator.decoding_defaults.values():
-            defaults["reconstruction_weight"] = config.reconstruction_weight
     for source, target in translator.language_pairs:
         if target not in translator.tokenizer.languages:
             raise StartupError(f"the model in {config.model_dir} lists {source}->{target} but has no decoder for "

@@ -145,3 +145,11 @@ def test_a_model_without_level_tags_refuses_a_level_before_searching(fixture_tra
         fixture_translator.default_options("en", "ko", speech_level="formal")
     with pytest.raises(UnsupportedSpeechLevel, match="trained without speech-level tags"):
         fixture_translator.translate(["I am a student."], "en", "ko", SearchOptions(speech_level="formal"))
+
+
+def test_decoding_overrides_replace_every_pairs_tuned_default_and_must_be_tuned_options(fixture_model_dir):
+    translator = Translator.load(fixture_model_dir, device="cpu", decoding_overrides={"reconstruction_weight": 0.4})
+    assert {pair: translator.default_options(*pair).reconstruction_weight for pair in translator.language_pairs} == {
+        ("ko", "en"): 0.4, ("en", "ko"): 0.4}
+    with pytest.raises(ValueError, match="not tuned decoding options: beam_size"):
+        Translator.load(fixture_model_dir, device="cpu", decoding_overrides={"beam_size": 2})
