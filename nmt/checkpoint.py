@@ -156,6 +156,12 @@ def join_weights(directory: str | Path) -> Path:
     shards = weight_shards(directory)
     if not shards:
         raise CheckpointError(f"{directory} holds no weight shards ({SHARDS})")
+    counts = {path.stem.rsplit("-of-", 1)[1] for path in shards}
+    expected = {f"model-{i:05d}-of-{count}.safetensors" for count in counts for i in range(1, int(count) + 1)}
+    if len(counts) > 1 or expected != {path.name for path in shards}:  # else a lost shard joins into a model short of tensors
+        wrong = sorted(expected - {path.name for path in shards}) if len(counts) == 1 else [path.name for path in shards]
+        raise CheckpointError(f"{directory} holds an incomplete or mixed set of weight shards "
+                              f"({'missing' if len(counts) == 1 else 'found'}: {', '.join(wrong)})")
     tensors: dict[str, torch.Tensor] = {}
     for shard in shards:
         with safe_open(shard, "pt") as weights:

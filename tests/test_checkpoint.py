@@ -12,6 +12,7 @@ from safetensors.torch import load_file
 
 from nmt.checkpoint import (
     CONFIG, METADATA, TOKENIZER, WEIGHTS, CheckpointError, join_weights, load_model, main, save_model, split_weights,
+    weight_shards,
 )
 from nmt.search import SearchOptions, greedy_search
 
@@ -126,3 +127,11 @@ def test_a_tensor_larger_than_a_shard_is_refused_and_nothing_is_lost(model_copy,
     assert main(["split", str(model_copy), "--max-mib", "0.1"]) == 2
     assert "more than a shard" in capsys.readouterr().err
     assert (model_copy / WEIGHTS).is_file() and not list(model_copy.glob("model-*-of-*.safetensors"))
+
+
+def test_join_refuses_an_incomplete_set_of_shards_and_keeps_them(model_copy):
+    shards = split_weights(model_copy, max_bytes=200_000)
+    shards[1].unlink()  # lost in transport
+    with pytest.raises(CheckpointError, match=f"incomplete or mixed set of weight shards \\(missing: {shards[1].name}\\)"):
+        join_weights(model_copy)
+    assert not (model_copy / WEIGHTS).exists() and len(weight_shards(model_copy)) == len(shards) - 1
