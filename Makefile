@@ -48,7 +48,7 @@ BT_THREADS ?= 2
 LAUNCH   = $(if $(filter 1,$(NPROC)),$(PY),$(VENV)/bin/torchrun --standalone --nproc_per_node=$(NPROC))
 export DATA_DIR BT_DIR HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1
 
-.PHONY: help install proto test data train cooldown backtranslate eval compare speech-levels average grow release serve translate plot-attention bench bench-decode bench-serve bench-train bench-profile bench-kernel-cache bench-continuous bench-mbr soak tune-decoding gpu-carry gpu-check clean
+.PHONY: help install proto test data train cooldown backtranslate eval compare speech-levels average grow release serve translate plot-attention bench bench-decode bench-serve bench-train bench-profile bench-kernel-cache bench-continuous bench-mbr soak tune-decoding gpu-carry gpu-check gpu-train-carry gpu-train clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -147,6 +147,12 @@ gpu-carry: install  ## for a GPU session: the wheels its image lacks and the rel
 
 gpu-check:  ## on a CUDA machine: pytest -m cuda, bench-decode and bench-train there; results in $$OUT (default .gpu-out/)
 	bash bench/cuda_session.sh
+
+gpu-train-carry: install  ## for a GPU training session: the wheels its image lacks and $(RUN_DIR)'s prepared data, xz, into .gpu-carry/ (make data first)
+	bash training/cuda_train.sh prepare $(RUN_DIR)
+
+gpu-train:  ## on a CUDA machine: train $(CONFIG) from INIT_FROM (default models/default) for MINUTES (6), cool, release fp16 in shards into $$OUT/model
+	CONFIG=$(CONFIG) RUN=$(RUN_DIR) $(if $(INIT_FROM),INIT_FROM=$(INIT_FROM)) bash training/cuda_train.sh
 
 clean:  ## remove generated stubs and caches (keeps .venv and runs/)
 	rm -rf serving/generated .pytest_cache

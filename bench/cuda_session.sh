@@ -13,29 +13,12 @@
 # take far less, and they run in order of importance, so a call cut short at 580 s still brings back the first ones.
 set -u
 
-CARRY=.gpu-carry
-# What the GPU image lacks (datasets and its own dependencies), at the versions .venv runs here.
-WHEELS=(datasets==5.2.0 huggingface_hub==2.4.0 httpx2==2.16.2 httpcore2==2.16.2 truststore==0.10.5 dill==0.4.1
-        multiprocess==0.70.19 prometheus_client==0.26.0)
-PYTHONS=(3.11 3.12 3.13)  # the image's Python is not known here; multiprocess ships one wheel per version
-PY=${PYTHON:-python3}
-[ -z "${PYTHON:-}" ] && [ -x .venv/bin/python ] && PY=.venv/bin/python  # here; the GPU machine has no .venv
+source "$(dirname "$0")/cuda_common.sh"
 
 prepare() {
-    rm -rf "$CARRY/wheels" && mkdir -p "$CARRY/wheels"
-    for version in "${PYTHONS[@]}"; do
-        "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version "$version" --dest "$CARRY/wheels" \
-            "${WHEELS[@]}" || exit 1
-    done
-    [ -f runs/release/data/dev.jsonl ] || { echo "error: runs/release/data is missing; run make data first" >&2; exit 1; }
-    local archive=$CARRY/release-data.tar.xz
-    if [ ! -s "$archive" ] || [ -n "$(find runs/release/data runs/release/spm.model -newer "$archive" -print -quit)" ]; then
-        tar -C runs/release -cf - data spm.model | xz -T0 -6 > "$archive.partial" && mv "$archive.partial" "$archive" || exit 1
-    fi
-    local tracked carried
-    tracked=$(git ls-files -z | xargs -0 du -cb 2>/dev/null | tail -1 | cut -f1)
-    carried=$(du -cb "$CARRY" serving/generated | tail -1 | cut -f1)
-    echo "carry: $(du -sh "$CARRY" | cut -f1) in $CARRY; tracked files + carry = $(( (tracked + carried) / 1048576 )) MiB (limit 64)"
+    download_wheels || exit 1
+    pack_run_data runs/release "$CARRY/release-data.tar.xz" || exit 1
+    check_travel_budget || exit 1
     echo 'run it on the GPU machine in one call:'
     echo '  run(command="bash bench/cuda_session.sh", carry=[".gpu-carry", "serving/generated"], timeout_s=580)'
 }
@@ -51,30 +34,8 @@ while [ $# -gt 0 ]; do
     shift
 done
 
-OUT=${OUT:-.gpu-out}
-mkdir -p "$OUT"
-export HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 CUBLAS_WORKSPACE_CONFIG=:4096:8
-SUMMARY="$OUT/summary.txt"
-: > "$SUMMARY"
-
-step() {  # step NAME SECONDS COMMAND...: run with a time limit, log to $OUT/NAME.log, record the exit status
-    local name=$1 limit=$2 started=$SECONDS
-    shift 2
-    timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
-    local status=$?
-    echo "$name: exit $status after $(( SECONDS - started )) s" | tee -a "$SUMMARY"
-    tail -n 25 "$OUT/$name.log"
-}
-
-install_missing() {  # the carried wheels of packages this image lacks, offline; pip picks the one for its Python
-    local missing=() requirements
-    read -ra requirements <<< "$WHEELS_LIST"  # arrays do not pass to the child bash that step starts
-    for requirement in "${requirements[@]}"; do
-        "$PY" -c "import ${requirement%%==*}" 2>/dev/null || missing+=("$requirement")
-    done
-    echo "missing: ${missing[*]:-nothing}"
-    [ ${#missing[@]} -eq 0 ] || "$PY" -m pip install --no-index --no-deps --find-links "$CARRY/wheels" "${missing[@]}"
-}
+start_session .gpu-out
+export CUBLAS_WORKSPACE_CONFIG=:4096:8
 
 describe() {
     nvidia-smi || true
@@ -84,8 +45,7 @@ describe() {
     "$PY" -c "import ctranslate2; print('ctranslate2', ctranslate2.__version__, 'cuda devices', ctranslate2.get_cuda_device_count())" || true
 }
 
-export PY CARRY WHEELS_LIST="${WHEELS[*]}"
-export -f install_missing describe  # step runs them under timeout, in a child bash
+export -f describe  # step runs it under timeout, in a child bash
 
 if [ "$QUICK" = 1 ]; then  # the tiny fixtures instead of the release data: checks the wiring, measures nothing
     RUN=$OUT/tiny-run RECIPE=configs/tiny.yaml DEV_ARGS=(--corpus tiny-dev --sentences 8 --runs 1 --batch-sizes 4)
@@ -115,4 +75,4 @@ step bench-train-d512 75 "$PY" -m bench.train --device "$DEVICE" --config "$RECI
 [ ${#CT2[@]} -eq 0 ] || step bench-decode-ct2 50 "$PY" -m bench.decode --device "$DEVICE" --model models/default \
     --dev "$RUN/data/dev.jsonl" "${DEV_ARGS[@]}" "${CT2[@]}" --export-dir "$OUT/exports" --out "$OUT/decode-$DEVICE-ct2.json"
 rm -rf "$OUT/exports" "$OUT/tiny-run"  # large or regenerable: only results and logs come back
-cat "$SUMMARY"
+pack_logs
