@@ -13,7 +13,9 @@ from serving.config import Limits
 from serving.stubs import translator_pb2
 from serving.validation import RequestValidator
 from training import evaluate, tune_decoding
-from training.tune_decoding import Setting, Trial, best, loops_in, parse_set_weights, weighted_objective
+from training.evaluate import evaluation_sets
+from training.recipe import load_recipe
+from training.tune_decoding import EVEN, ReusingTranslator, Setting, Trial, best, loops_in, parse_set_weights, run_trial, weighted_objective
 
 TUNED = {"length_penalty": 0.6, "no_repeat_ngram_size": 3}
 TUNED_EN_KO = {"length_penalty": 2.0}  # en→ko's own α (its n-gram ban is the shared one)
@@ -171,6 +173,29 @@ def test_tuning_writes_each_directions_choice_and_evaluate_uses_it(fixture_model
         used = evaluation["decoding"]["directions"][pair]
         assert (used["length_penalty"], used["no_repeat_ngram_size"], used["reconstruction_weight"]) == (
             setting.length_penalty, setting.no_repeat_ngram_size, 0.5)
+
+
+def test_the_reranking_weights_share_one_search_and_one_channel_pass_per_set(fixture_model_dir, tiny_recipe, monkeypatch):
+    """The λ stage reranks the same beam with the same back-translation scores at every weight: searched and scored
+    once, with the results a fresh search gives at each weight."""
+    calls = {"search_ids": 0, "reconstruction_scores": 0}
+    for name in calls:
+        def counted(self, *args, _original=getattr(Translator, name), _name=name):
+            calls[_name] += 1
+            return _original(self, *args)
+        monkeypatch.setattr(Translator, name, counted)
+    sets = evaluation_sets(load_recipe(tiny_recipe), ["tiny-dev"])
+
+    def trials(translator, weights=(0.1, 0.5, 1.0)):
+        return [run_trial(translator, sets, [("ko", "en")], Setting(1.0, 0, w), 4, None, EVEN) for w in weights]
+
+    reused = trials(ReusingTranslator.load(fixture_model_dir, "cpu"))
+    assert calls["reconstruction_scores"] == 1 and calls["search_ids"] >= 1
+    searches_of_one_weight = calls["search_ids"]
+    fresh = trials(Translator.load(fixture_model_dir, "cpu"))
+    assert calls["search_ids"] == 4 * searches_of_one_weight and calls["reconstruction_scores"] == 4
+    untimed = lambda trial: [{k: v for k, v in r.items() if k not in ("seconds", "sentences_per_second")} for r in trial.results]
+    assert [untimed(t) for t in reused] == [untimed(t) for t in fresh]
 
 
 def test_tuning_refuses_test_sets(fixture_model_dir, tiny_recipe):

@@ -15,7 +15,8 @@ n-gram ban gains python-docs-dev most, whose code-like text repeats honestly, an
 release targets; session 28). The report also counts looping hypotheses (a word n-gram four times in a row), the
 failure the n-gram ban is for. Last, at the chosen α and n-gram size, the reconstruction weight λ of
 :mod:`nmt.rerank`: reranking the beam by log P(source | candidate) costs a teacher-forced pass over every candidate,
-so a λ above 0 is kept only where it gains at least ``--min-rerank-gain`` on the objective.
+so a λ above 0 is kept only where it gains at least ``--min-rerank-gain`` on the objective. The λ trials rerank one
+beam with one set of channel scores per dev set (:class:`ReusingTranslator`), so a longer λ grid costs almost nothing.
 
 ``--write`` stores each direction's choice in the model's ``metadata.json`` under ``decoding`` → ``directions``,
 where :class:`~nmt.translator.Translator` takes its defaults from; the full grid goes to ``<model>/decoding.json``.
@@ -34,8 +35,8 @@ from pathlib import Path
 from types import MappingProxyType
 
 from nmt.checkpoint import CheckpointError
-from nmt.search import SearchOptions
-from nmt.translator import Translator
+from nmt.search import Hypothesis, SearchOptions
+from nmt.translator import Strategy, Translator
 from training.bt_filter import repeats_ngram
 from training.evaluate import EvaluationConfig, EvaluationError, evaluate, evaluation_sets, read_lines
 from training.recipe import load_recipe
@@ -99,6 +100,33 @@ def best(trials: Sequence[Trial], tolerance: float = 0.0) -> Trial:
 
 
 BASELINE = Setting(SearchOptions.length_penalty, SearchOptions.no_repeat_ngram_size)
+
+
+class ReusingTranslator(Translator):
+    """A Translator that searches a dev set once for every reconstruction weight λ, and scores its candidates'
+    back-translations once: the beam does not depend on λ (any λ above 0 keeps all of it), nor do the channel
+    scores, so the trials of the λ stage rerank the same n-best lists and cost one search and one teacher-forced
+    pass per set and direction between them, not one of each per λ."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._searched: dict[tuple, list[list[Hypothesis]]] = {}
+        self._channel: dict[tuple, list[list[float]]] = {}
+
+    def translate_sentences(self, sentences: Sequence[str], target_lang: str, options: SearchOptions,
+                            strategy: Strategy | None = None) -> list[list[Hypothesis]]:
+        search = dataclasses.replace(options, reconstruction_weight=float(options.reconstruction_weight > 0))
+        key = (tuple(sentences), target_lang, repr(search), strategy)
+        if key not in self._searched:
+            self._searched[key] = super().translate_sentences(sentences, target_lang, options, strategy)
+        return self._searched[key]
+
+    def reconstruction_scores(self, sentences: Sequence[str], hypotheses: Sequence[list[Hypothesis]],
+                              source_lang: str) -> list[list[float]]:
+        key = (tuple(sentences), source_lang, tuple(tuple(tuple(h.tokens) for h in nbest) for nbest in hypotheses))
+        if key not in self._channel:
+            self._channel[key] = super().reconstruction_scores(sentences, hypotheses, source_lang)
+        return self._channel[key]
 
 
 def tune(translator: Translator, sets, directions, length_penalties: Sequence[float], ngram_sizes: Sequence[int],
@@ -220,7 +248,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Setting]:
     if not any(args.set_weights.get(name, 1.0) for name in dev_names):
         parser.error("--set-weights leaves every dev set at weight 0")
     sets = evaluation_sets(recipe, dev_names)
-    translator = Translator.load(args.model, args.device)
+    translator = ReusingTranslator.load(args.model, args.device)
     choices = tune_directions(translator, sets, recipe.directions, args.length_penalties, args.no_repeat_ngram_sizes,
                               args.beam_size, args.limit, args.loop_tolerance, args.set_weights,
                               reconstruction_weights=args.reconstruction_weights, min_rerank_gain=args.min_rerank_gain)
