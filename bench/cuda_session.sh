@@ -8,8 +8,8 @@
 #                                             everything lands in $OUT (default .gpu-out/)
 #   bash bench/cuda_session.sh --device cpu --quick    the same steps on the tiny fixtures, in seconds (a dry run)
 #
-# Every step has its own time limit and the session goes on past a failed one; $OUT/summary.txt lists each
-# step's exit status, so one run says what worked. The limits add up to 545 s; the steps should
+# Every step has its own time limit and the session goes on past a failed one; the summary (printed, and in
+# $OUT/logs.tar.gz) lists each step's exit status, so one run says what worked. The limits add up to 545 s; the steps should
 # take far less, and they run in order of importance, so a call cut short at 580 s still brings back the first ones.
 set -u
 

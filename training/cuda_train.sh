@@ -16,7 +16,7 @@
 # the still-warm machine resumes it exactly); a fork of that checkpoint cooled to a learning rate of 0 over
 # $COOLDOWN_STEPS steps (default 200); released with fp16 weights and $DECODING_FROM's tuned decoding (default
 # models/default; "none": untuned) and split into shards of at most 15 MiB in $OUT/model. The step logs and both
-# runs' metrics come back as $OUT/logs.tar.gz beside $OUT/summary.txt: 8 files at most, 60 MB of model fits.
+# runs' metrics come back as $OUT/logs.tar.gz, the summary printed too: 8 files at most, 60 MB of model fits.
 # Choosing between the result, its mean with the release (training.average) and the release is done here, on
 # the dev sets with training.evaluate: the GPU's minutes go to training.
 set -u
@@ -43,12 +43,14 @@ while [ $# -gt 0 ]; do
 done
 
 start_session .gpu-out
+SCRATCH=$(mktemp -d)  # the quick run's run directories
 finish() {  # finish STATUS: what the call brings back, whether the session got to the end or not
+    rm -rf "$SCRATCH"
     pack_logs
     exit "$1"
 }
 if [ "$QUICK" = 1 ]; then  # the tiny fixtures: checks the wiring in about a minute, measures nothing
-    CONFIG=configs/tiny.yaml RUN=$(mktemp -d)/tiny-run INIT_FROM=none DECODING_FROM=none MINUTES=${MINUTES:-0.05} COOLDOWN_STEPS=2
+    CONFIG=configs/tiny.yaml RUN=$SCRATCH/tiny-run INIT_FROM=none DECODING_FROM=none MINUTES=${MINUTES:-0.05} COOLDOWN_STEPS=2
     step prepare-data 120 env DATA_DIR=tests/fixtures "$PY" -m training.prepare --config "$CONFIG" --run-dir "$RUN" || finish 1
 else
     CONFIG=${CONFIG:?name the recipe that prepared the carried data: CONFIG=configs/...yaml}
