@@ -151,7 +151,7 @@ gpu-check:  ## on a CUDA machine: pytest -m cuda, bench-decode and bench-train t
 gpu-train-carry: install  ## for a GPU training session: the wheels its image lacks and $(RUN_DIR)'s prepared data, xz, into .gpu-carry/ (make data first)
 	bash training/cuda_train.sh prepare $(RUN_DIR)
 
-gpu-train:  ## on a CUDA machine: train $(CONFIG) from INIT_FROM (default models/default) for MINUTES (6), cool, release fp16 in shards into $$OUT/model
+gpu-train:  ## on a CUDA machine: train $(CONFIG) from INIT_FROM (default models/default) for MINUTES (5), cool, release fp16 in shards into $$OUT/model
 	CONFIG=$(CONFIG) RUN=$(RUN_DIR) $(if $(INIT_FROM),INIT_FROM=$(INIT_FROM)) bash training/cuda_train.sh
 
 clean:  ## remove generated stubs and caches (keeps .venv and runs/)

@@ -5,8 +5,8 @@
 #   bash training/cuda_train.sh prepare runs/release-v14   here (make gpu-train-carry CONFIG=...): the wheels the GPU
 #                                                    image lacks and the run's data and tokenizer, xz, into .gpu-carry/
 #   on the GPU machine, in one call of the device tool (make gpu-train CONFIG=... there does the same):
-#     run(command="CONFIG=configs/release-v14.yaml MINUTES=6 bash training/cuda_train.sh",
-#         carry=[".gpu-carry", "serving/generated"], timeout_s=590)
+#     run(command="CONFIG=configs/release-v14.yaml MINUTES=5 bash training/cuda_train.sh",
+#         carry=[".gpu-carry"], timeout_s=590)
 #   back here, with the call's files under FILES_AT:
 #     cp -r FILES_AT/model runs/gpu-model && python -m nmt.checkpoint join runs/gpu-model
 #   bash training/cuda_train.sh --quick              the same steps on the tiny fixtures, on whatever device there is
@@ -29,7 +29,7 @@ prepare() {  # prepare RUN_DIR
     pack_run_data "$1" "$CARRY/train-data.tar.xz" || exit 1
     check_travel_budget || exit 1
     echo 'train on the GPU machine in one call (MINUTES of training; the rest of the call is set-up and release):'
-    echo '  run(command="CONFIG=<the recipe> MINUTES=6 bash training/cuda_train.sh", carry=[".gpu-carry", "serving/generated"], timeout_s=590)'
+    echo '  run(command="CONFIG=<the recipe> MINUTES=5 bash training/cuda_train.sh", carry=[".gpu-carry"], timeout_s=590)'
 }
 
 QUICK=0
@@ -55,7 +55,7 @@ if [ "$QUICK" = 1 ]; then  # the tiny fixtures: checks the wiring in about a min
 else
     CONFIG=${CONFIG:?name the recipe that prepared the carried data: CONFIG=configs/...yaml}
     RUN=${RUN:-runs/$(basename "$CONFIG" .yaml)} INIT_FROM=${INIT_FROM:-models/default} DECODING_FROM=${DECODING_FROM:-models/default}
-    MINUTES=${MINUTES:-6} COOLDOWN_STEPS=${COOLDOWN_STEPS:-200}
+    MINUTES=${MINUTES:-5} COOLDOWN_STEPS=${COOLDOWN_STEPS:-200}
     step install 60 bash -c install_missing || finish 1
     [ -d "$RUN/data/train" ] || step unpack-data 60 bash -c "mkdir -p $RUN && xz -dc $CARRY/train-data.tar.xz | tar -C $RUN -xf -" || finish 1
 fi

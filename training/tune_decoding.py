@@ -29,6 +29,7 @@ import dataclasses
 import json
 import re
 import tempfile
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -143,10 +144,12 @@ def tune(translator: Translator, sets, directions, length_penalties: Sequence[fl
     def trial(setting: Setting) -> Trial:
         done = next((t for t in trials if t.setting == setting), None)
         if done is None:
+            started = time.monotonic()
             done = run_trial(translator, sets, directions, setting, beam_size, limit, set_weights)
             trials.append(done)
             report(f"length_penalty {setting.length_penalty:<4} no_repeat_ngram_size {setting.no_repeat_ngram_size} "
-                   f"reconstruction_weight {setting.reconstruction_weight:g}: objective {done.objective:.3f}, loops {done.loops}")
+                   f"reconstruction_weight {setting.reconstruction_weight:g}: objective {done.objective:.3f}, loops {done.loops} "
+                   f"({time.monotonic() - started:.0f} s)")
         return done
 
     baseline = trial(BASELINE)
