@@ -122,6 +122,11 @@ def load_model(directory: str | Path, device: str | torch.device = "cpu") -> Loa
     return LoadedModel(model.to(device).eval(), tokenizer, metadata)
 
 
+def shard_names(count: int) -> list[str]:
+    """The file names of a model's weights split into ``count`` shards, in order."""
+    return [f"model-{i:05d}-of-{count:05d}.safetensors" for i in range(1, count + 1)]
+
+
 def weight_shards(directory: Path) -> list[Path]:
     return sorted(directory.glob(SHARDS))
 
@@ -143,7 +148,7 @@ def split_weights(directory: str | Path, max_bytes: int = 16 * 2**20) -> list[Pa
         if groups[-1] and _shard_bytes({**groups[-1], name: tensor}) > max_bytes:
             groups.append({})
         groups[-1][name] = tensor
-    paths = [directory / f"model-{i:05d}-of-{len(groups):05d}.safetensors" for i in range(1, len(groups) + 1)]
+    paths = [directory / name for name in shard_names(len(groups))]
     for group, path in zip(groups, paths):
         save_file(group, path, metadata=metadata)
     (directory / WEIGHTS).unlink()
@@ -156,12 +161,13 @@ def join_weights(directory: str | Path) -> Path:
     shards = weight_shards(directory)
     if not shards:
         raise CheckpointError(f"{directory} holds no weight shards ({SHARDS})")
-    counts = {path.stem.rsplit("-of-", 1)[1] for path in shards}
-    expected = {f"model-{i:05d}-of-{count}.safetensors" for count in counts for i in range(1, int(count) + 1)}
-    if len(counts) > 1 or expected != {path.name for path in shards}:  # else a lost shard joins into a model short of tensors
-        wrong = sorted(expected - {path.name for path in shards}) if len(counts) == 1 else [path.name for path in shards]
-        raise CheckpointError(f"{directory} holds an incomplete or mixed set of weight shards "
-                              f"({'missing' if len(counts) == 1 else 'found'}: {', '.join(wrong)})")
+    # A shard lost in transport would otherwise join into a model short of tensors.
+    found = [path.name for path in shards]
+    counts = {name.removesuffix(".safetensors").rsplit("-of-", 1)[1] for name in found}
+    if len(counts) > 1:
+        raise CheckpointError(f"{directory} holds an incomplete or mixed set of weight shards (found: {', '.join(found)})")
+    if missing := sorted(set(shard_names(int(counts.pop()))) - set(found)):
+        raise CheckpointError(f"{directory} holds an incomplete or mixed set of weight shards (missing: {', '.join(missing)})")
     tensors: dict[str, torch.Tensor] = {}
     for shard in shards:
         with safe_open(shard, "pt") as weights:

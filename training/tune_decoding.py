@@ -116,7 +116,8 @@ class ReusingTranslator(Translator):
 
     def translate_sentences(self, sentences: Sequence[str], target_lang: str, options: SearchOptions,
                             strategy: Strategy | None = None) -> list[list[Hypothesis]]:
-        search = dataclasses.replace(options, reconstruction_weight=float(options.reconstruction_weight > 0))
+        # what the search itself is given (a λ above 0 only keeps the whole beam, decoding_options), λ aside
+        search = dataclasses.replace(self.decoding_options(options), reconstruction_weight=0.0)
         key = (tuple(sentences), target_lang, repr(search), strategy)
         if key not in self._searched:
             self._searched[key] = super().translate_sentences(sentences, target_lang, options, strategy)
