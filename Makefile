@@ -86,7 +86,7 @@ compare: install  ## paired significance of eval reports: make compare REPORTS="
 speech-levels: install  ## formal/polite/plain endings of translations into Korean against their references: make speech-levels REPORTS="a.json ..."
 	$(PY) -m training.speech_levels $(REPORTS)
 
-tune-decoding: install  ## choose $(MODEL)'s length penalty, no-repeat n-gram size and reranking weight on the recipe's dev sets (into its metadata.json); TUNE_SET_WEIGHTS=flores-dev=2,...
+tune-decoding: install  ## choose $(MODEL)'s length penalty, no-repeat n-gram size, reranking weight and invented-number penalty on the recipe's dev sets (into its metadata.json); TUNE_SET_WEIGHTS=flores-dev=2,...
 	$(PY) -m training.tune_decoding --config $(CONFIG) --model $(MODEL) $(if $(TUNE_LIMIT),--limit $(TUNE_LIMIT)) \
 	  $(if $(TUNE_SET_WEIGHTS),--set-weights $(TUNE_SET_WEIGHTS)) --write
 

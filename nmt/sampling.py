@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 
 from nmt.model import Transformer
+from nmt.numbers import NumberGuard
 from nmt.search import Hypothesis, SearchOptions, one_hypothesis_search, top_k
 
 
@@ -38,6 +39,7 @@ def sample(
     options: SearchOptions,
     sampling: SamplingOptions,
     generator: torch.Generator | None = None,
+    guard: NumberGuard | None = None,
 ) -> list[list[Hypothesis]]:
     """One sampled translation per sentence of a padded batch (B, S), drawn with ``generator`` (on the model's
     device) so that a seed reproduces it; the score is the model's length-normalised log-probability of it."""
@@ -53,4 +55,4 @@ def sample(
             drawn = candidates.gather(1, drawn)
         return drawn.squeeze(1), drawn_log_prob
 
-    return one_hypothesis_search(model, source, bos_id, eos_id, options, draw)
+    return one_hypothesis_search(model, source, bos_id, eos_id, options, draw, guard)

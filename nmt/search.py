@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from nmt.model import DecoderCache, Transformer
+from nmt.numbers import NumberGuard, NumberRules
 from nmt.speech_level import REQUESTABLE_LEVELS
 
 
@@ -37,6 +38,9 @@ class SearchOptions:
     # λ of nmt.rerank: nmt.translator reorders the whole beam by how well each candidate translates back into the
     # source (0 keeps the search's order); the search itself never reads it
     reconstruction_weight: float = 0.0
+    # taken from the log-probability of a token that would write a number the source does not contain (nmt.numbers);
+    # read by a search given the vocabulary's NumberGuard (nmt.translator passes its own), 0 leaves numbers free
+    invented_number_penalty: float = 0.0
 
     def __post_init__(self) -> None:
         if self.beam_size < 1:
@@ -49,8 +53,9 @@ class SearchOptions:
             raise ValueError(f"min_length must be ≥ 0, got {self.min_length}")
         if self.no_repeat_ngram_size < 0:
             raise ValueError("no_repeat_ngram_size must be ≥ 0")
-        if not 0 <= self.reconstruction_weight < float("inf"):
-            raise ValueError(f"reconstruction_weight must be a finite number ≥ 0, got {self.reconstruction_weight}")
+        for name in ("reconstruction_weight", "invented_number_penalty"):
+            if not 0 <= getattr(self, name) < float("inf"):
+                raise ValueError(f"{name} must be a finite number ≥ 0, got {getattr(self, name)}")
         levels = [level.value for level in REQUESTABLE_LEVELS]
         if self.speech_level is not None and self.speech_level not in levels:
             raise ValueError(f"speech_level must be one of {', '.join(levels)}, got {self.speech_level!r}")
@@ -117,15 +122,15 @@ def top_k(values: Tensor, k: int, block: int = 64) -> tuple[Tensor, Tensor]:
 
 def best_next_tokens(
     logits: Tensor, k: int, prefixes: Tensor, steps: Tensor, at_limit: Tensor, options: SearchOptions,
-    special: tuple[int, int, int],
+    special: tuple[int, int, int], numbers: NumberRules | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Each row's ``k`` most probable allowed next tokens (rows × k) and their log-probabilities."""
-    return top_k(allowed_log_probs(logits, prefixes, steps, at_limit, options, special), k)
+    return top_k(allowed_log_probs(logits, prefixes, steps, at_limit, options, special, numbers), k)
 
 
 def allowed_log_probs(
     logits: Tensor, prefixes: Tensor, steps: Tensor, at_limit: Tensor, options: SearchOptions,
-    special: tuple[int, int, int],
+    special: tuple[int, int, int], numbers: NumberRules | None = None,
 ) -> Tensor:
     """Next-token log-probabilities (rows × vocabulary), ``-inf`` where a token is not allowed.
 
@@ -133,6 +138,7 @@ def allowed_log_probs(
     that has generated fewer than ``options.min_length`` tokens (``steps``) may not end, and a row at its length
     limit may only end. Without the first rule an empty hypothesis, however improbable, can take one of the
     ``beam_size`` finished slots that stop a sentence's search, and cut off the longer translation it was growing.
+    ``numbers`` lowers the tokens that would invent a number (:mod:`nmt.numbers`).
     """
     pad_id, bos_id, eos_id = special
     log_probs = logits.float().log_softmax(dim=-1)
@@ -145,7 +151,16 @@ def allowed_log_probs(
     if bool(at_limit.any()):
         not_eos = torch.arange(log_probs.size(-1), device=log_probs.device) != eos_id
         log_probs.masked_fill_(at_limit[:, None] & not_eos, float("-inf"))
+    if numbers is not None:
+        numbers.apply(log_probs, prefixes)
     return log_probs
+
+
+def number_rules(guard: NumberGuard | None, options: SearchOptions, row_numbers: Sequence[frozenset[str]]) -> NumberRules | None:
+    """The step's number rules when the options ask for them and the search was given the vocabulary's guard."""
+    if guard is None or not options.invented_number_penalty:
+        return None
+    return NumberRules(guard, row_numbers, options.invented_number_penalty)
 
 
 @dataclass(eq=False)
@@ -155,6 +170,7 @@ class _Sentence:
     key: Hashable  # the caller's name for it, returned with its n-best
     max_length: int  # target tokens, EOS included
     start: int  # the cache position of its BOS: it joined the search after ``start`` steps
+    numbers: frozenset[str] = frozenset()  # its source's numbers and their prefixes, when numbers are guarded
     steps: int = 0
     finished: list[Hypothesis] = field(default_factory=list)
 
@@ -171,12 +187,14 @@ class BeamSearch:
     self-attention positions are zero-filled and masked, its token positions count from its own start
     (``DecoderCache.starts``) and its source is padded to the batch's width and masked, so its translation is
     the one it gets alone. Positions that no live sentence reads any more are dropped as sentences leave.
-    :func:`beam_search` is this engine with every sentence added at once.
+    :func:`beam_search` is this engine with every sentence added at once. Given the vocabulary's ``guard``, it
+    applies ``options.invented_number_penalty`` (:mod:`nmt.numbers`).
     """
 
-    def __init__(self, model: Transformer, bos_id: int, eos_id: int, options: SearchOptions):
+    def __init__(self, model: Transformer, bos_id: int, eos_id: int, options: SearchOptions, guard: NumberGuard | None = None):
         model.eval()
         self.model, self.options, self.special = model, options, (model.config.pad_id, bos_id, eos_id)
+        self.guard = guard if options.invented_number_penalty else None
         self._reset()
 
     def _reset(self) -> None:
@@ -219,7 +237,8 @@ class BeamSearch:
                 attention = self._attention.new_zeros(rows + prefixes.size(0), steps, max(width, self._cache.memory_mask.size(-1)))
                 attention[:rows, :, :width] = self._attention
                 self._attention = attention
-        self._sentences += [_Sentence(key, limit, start) for key, limit in zip(keys, limits)]
+        numbers = [self.guard.source_numbers(row) for row in source.tolist()] if self.guard else [frozenset()] * len(keys)
+        self._sentences += [_Sentence(key, limit, start, allowed) for key, limit, allowed in zip(keys, limits, numbers)]
         self._update_starts()
 
     @torch.inference_mode()
@@ -231,9 +250,10 @@ class BeamSearch:
         at_limit = [sentence.steps + 1 >= sentence.max_length for sentence in self._sentences]
         steps = torch.tensor([sentence.steps for sentence in self._sentences], device=device).repeat_interleave(beam)
         # A sentence's best `width` continuations are among the best `width` of each of its beams.
+        numbers = number_rules(self.guard, options, [sentence.numbers for sentence in self._sentences for _ in range(beam)])
         row_log_probs, row_tokens = best_next_tokens(
             logits, width, self._prefixes, steps, torch.tensor(at_limit, device=device).repeat_interleave(beam),
-            options, self.special,
+            options, self.special, numbers,
         )
         if step_attention is not None:
             self._attention = append_step_attention(self._attention, step_attention)
@@ -323,9 +343,10 @@ class BeamSearch:
 
 
 @torch.inference_mode()
-def beam_search(model: Transformer, source: Tensor, bos_id: int, eos_id: int, options: SearchOptions) -> list[list[Hypothesis]]:
+def beam_search(model: Transformer, source: Tensor, bos_id: int, eos_id: int, options: SearchOptions,
+                guard: NumberGuard | None = None) -> list[list[Hypothesis]]:
     """Translate a padded batch of source ids (B, S); returns each sentence's n-best, best first."""
-    engine = BeamSearch(model, bos_id, eos_id, options)
+    engine = BeamSearch(model, bos_id, eos_id, options, guard)
     engine.add(source, range(source.size(0)))
     results: dict[Hashable, list[Hypothesis]] = {}
     while engine:
@@ -344,7 +365,8 @@ def most_probable(log_probs: Tensor) -> tuple[Tensor, Tensor]:
 
 @torch.inference_mode()
 def one_hypothesis_search(
-    model: Transformer, source: Tensor, bos_id: int, eos_id: int, options: SearchOptions, choose: ChooseToken
+    model: Transformer, source: Tensor, bos_id: int, eos_id: int, options: SearchOptions, choose: ChooseToken,
+    guard: NumberGuard | None = None,
 ) -> list[list[Hypothesis]]:
     """One hypothesis per sentence, extended by one ``choose``-n token per step: greedy search or sampling.
 
@@ -359,12 +381,15 @@ def one_hypothesis_search(
     sentence = torch.arange(source.size(0), device=device)  # which sentence each row is
     tokens = torch.full((source.size(0), 1), bos_id, dtype=torch.long, device=device)
     log_prob = torch.zeros(source.size(0), device=device)
+    guard = guard if options.invented_number_penalty else None
+    source_numbers = [guard.source_numbers(row) for row in source.tolist()] if guard else []
     attention: Tensor | None = None  # (rows, steps, source width) when options.return_attention
     results: dict[int, list[Hypothesis]] = {}
     for step in range(int(max_lengths.max())):
         logits, step_attention = model.decode_step(tokens[:, -1], cache, need_weights=options.return_attention)
+        numbers = number_rules(guard, options, [source_numbers[i] for i in sentence.tolist()] if guard else [])
         allowed = allowed_log_probs(
-            logits, tokens, torch.full_like(max_lengths, step), max_lengths <= step + 1, options, (pad_id, bos_id, eos_id)
+            logits, tokens, torch.full_like(max_lengths, step), max_lengths <= step + 1, options, (pad_id, bos_id, eos_id), numbers
         )
         chosen, chosen_log_prob = choose(allowed)
         log_prob += chosen_log_prob
@@ -391,12 +416,14 @@ def one_hypothesis_search(
     return [results[i] for i in range(source.size(0))]
 
 
-def greedy_search(model: Transformer, source: Tensor, bos_id: int, eos_id: int, options: SearchOptions) -> list[list[Hypothesis]]:
+def greedy_search(model: Transformer, source: Tensor, bos_id: int, eos_id: int, options: SearchOptions,
+                  guard: NumberGuard | None = None) -> list[list[Hypothesis]]:
     """Pick the most probable token at every step: the fast path, and the reference beam size 1 must match."""
-    return one_hypothesis_search(model, source, bos_id, eos_id, options, most_probable)
+    return one_hypothesis_search(model, source, bos_id, eos_id, options, most_probable, guard)
 
 
-def search(model: Transformer, source: Tensor, bos_id: int, eos_id: int, options: SearchOptions) -> list[list[Hypothesis]]:
+def search(model: Transformer, source: Tensor, bos_id: int, eos_id: int, options: SearchOptions,
+           guard: NumberGuard | None = None) -> list[list[Hypothesis]]:
     """Greedy when one hypothesis is all that is wanted, beam search otherwise."""
     strategy = greedy_search if options.beam_size == 1 else beam_search
-    return strategy(model, source, bos_id, eos_id, options)
+    return strategy(model, source, bos_id, eos_id, options, guard)

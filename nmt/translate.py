@@ -48,6 +48,9 @@ def add_tuned_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--reconstruction-weight", type=float,
                         help="rerank the beam by how well each candidate translates back into the source, at this "
                              "weight; 0 keeps the search's order (default: the model's)")
+    parser.add_argument("--invented-number-penalty", type=float,
+                        help="take this from the log-probability of a token that would write a number the source does "
+                             "not contain; 0 leaves numbers free (default: the model's)")
 
 
 def given_options(args: argparse.Namespace) -> dict:

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 import torch
 
 from nmt.budget import decoding_budget
 from nmt.checkpoint import load_model
 from nmt.model import Transformer
+from nmt.numbers import NumberGuard
 from nmt.precision import prepare_for_inference
 from nmt.rerank import mean_log_probs, rerank
 from nmt.search import BeamSearch, Hypothesis, SearchOptions, search
@@ -20,11 +22,16 @@ from nmt.sentences import split_sentences
 from nmt.tokenizer import Tokenizer
 
 DEFAULT_MODEL_DIR = Path(__file__).resolve().parent.parent / "models" / "default"
-# How a batch is decoded: nmt.search.search (beam or greedy), or nmt.sampling.sample with its options bound.
 # SearchOptions fields a model directory may set defaults for in metadata.json's "decoding" (training.tune_decoding):
 # for every pair at its top level, and for one pair under "directions" → "ko-en", which wins.
-TUNED_OPTIONS = ("length_penalty", "no_repeat_ngram_size", "speech_level", "reconstruction_weight")
-Strategy = Callable[[Transformer, torch.Tensor, int, int, SearchOptions], list[list[Hypothesis]]]
+TUNED_OPTIONS = ("length_penalty", "no_repeat_ngram_size", "speech_level", "reconstruction_weight", "invented_number_penalty")
+
+
+class Strategy(Protocol):
+    """How a batch is decoded: nmt.search.search (beam or greedy), or nmt.sampling.sample with its options bound."""
+
+    def __call__(self, model: Transformer, source: torch.Tensor, bos_id: int, eos_id: int, options: SearchOptions,
+                 guard: NumberGuard | None = None) -> list[list[Hypothesis]]: ...
 
 
 def resolve_device(device: str) -> torch.device:
@@ -93,6 +100,7 @@ class Translator:
     ):
         self.model, self.tokenizer, self.metadata = model, tokenizer, metadata
         self.inference_model = prepare_for_inference(copy.deepcopy(model), precision)
+        self.number_guard = NumberGuard.from_tokenizer(tokenizer)
         self.max_batch_tokens = decoding_budget(self.device).max_batch_tokens if max_batch_tokens is None else max_batch_tokens
         self.precision = precision
         pairs = metadata.get("language_pairs") or [[s, t] for s in tokenizer.languages for t in tokenizer.languages if s != t]
@@ -209,7 +217,8 @@ class Translator:
         """n-best lists for one batch of encoder inputs (``<2xx> tokens </s>`` ids), decoded together by ``strategy``
         (:func:`~nmt.search.search` when None, looked up at call time)."""
         options = self.decoding_options(options)
-        return (strategy or search)(self.inference_model, self.pad(sources), self.tokenizer.bos_id, self.tokenizer.eos_id, options)
+        return (strategy or search)(self.inference_model, self.pad(sources), self.tokenizer.bos_id, self.tokenizer.eos_id, options,
+                                    self.number_guard)
 
     def decoding_options(self, options: SearchOptions) -> SearchOptions:
         """``options`` as every search of this model needs them: the tokenizer's never-generated ids banned
@@ -224,7 +233,8 @@ class Translator:
 
     def beam_search(self, options: SearchOptions) -> BeamSearch:
         """An empty iteration-level search on the decoding model, which sentences may join between steps (:mod:`nmt.continuous`)."""
-        return BeamSearch(self.inference_model, self.tokenizer.bos_id, self.tokenizer.eos_id, self.decoding_options(options))
+        return BeamSearch(self.inference_model, self.tokenizer.bos_id, self.tokenizer.eos_id, self.decoding_options(options),
+                          self.number_guard)
 
     def _batches(self, order: list[int], lengths: list[int], beam_size: int) -> list[list[int]]:
         """Greedy packing of rows sorted by ``lengths`` so that longest × count × beam stays within budget."""

@@ -37,6 +37,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="speech level of a translation into Korean, if the model has level tags (see --info)")
     parser.add_argument("--reconstruction-weight", type=float,
                         help="rerank the beam by back-translation at this weight; 0 turns it off (default: the server's)")
+    parser.add_argument("--invented-number-penalty", type=float,
+                        help="discourage numbers the source does not contain by this much; 0 turns it off (default: the server's)")
     parser.add_argument("--attention", action="store_true", help="ask for the attention matrix (with --json)")
     parser.add_argument("--json", action="store_true", help="print whole responses as JSON")
     parser.add_argument("--info", action="store_true", help="print what the server translates and exit")
@@ -54,14 +56,9 @@ def open_channel(target: str, tls_ca: Path | None) -> grpc.Channel:
 
 def decoding_options(args: argparse.Namespace) -> translator_pb2.DecodingOptions:
     options = translator_pb2.DecodingOptions(return_attention=args.attention)
-    if args.beam_size is not None:
-        options.beam_size = args.beam_size
-    if args.nbest is not None:
-        options.nbest = args.nbest
-    if args.speech_level is not None:
-        options.speech_level = args.speech_level
-    if args.reconstruction_weight is not None:
-        options.reconstruction_weight = args.reconstruction_weight
+    for name in ("beam_size", "nbest", "speech_level", "reconstruction_weight", "invented_number_penalty"):
+        if getattr(args, name) is not None:
+            setattr(options, name, getattr(args, name))
     return options
 
 

@@ -16,7 +16,7 @@ from serving.stubs import translator_pb2
 # DecodingOptions fields, all named as in SearchOptions; unset ones keep the model's defaults (Translator.default_options).
 _OPTIONAL_SEARCH_FIELDS = (
     "beam_size", "nbest", "max_len_a", "max_len_b", "length_penalty", "no_repeat_ngram_size", "speech_level",
-    "reconstruction_weight",
+    "reconstruction_weight", "invented_number_penalty",
 )
 
 
@@ -67,7 +67,7 @@ class RequestValidator:
 
     def search_options(self, options: translator_pb2.DecodingOptions, source_lang: str, target_lang: str) -> SearchOptions:
         settings = {name: getattr(options, name) for name in _OPTIONAL_SEARCH_FIELDS if options.HasField(name)}
-        for name in ("max_len_a", "length_penalty", "reconstruction_weight"):
+        for name in ("max_len_a", "length_penalty", "reconstruction_weight", "invented_number_penalty"):
             if not math.isfinite(settings.get(name, 0.0)):
                 raise InvalidRequest(f"options.{name} must be a finite number")
         beam_size = settings.get("beam_size", SearchOptions.beam_size)

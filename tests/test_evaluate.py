@@ -7,7 +7,7 @@ from fixture_model import fixture_pairs, level_fixture_rows
 from sacrebleu.metrics import BLEU, CHRF
 
 from nmt.translator import UnsupportedSpeechLevel
-from training.evaluate import EvaluationError, main, read_parallel, score
+from training.evaluate import EvaluationError, main, number_counts, read_parallel, score
 
 ENGLISH_HYPOTHESES = ["The cat sat on the mat.", "A dog barked loudly"]
 ENGLISH_REFERENCES = ["The cat sat on the mat.", "The dog barked loudly."]
@@ -35,6 +35,11 @@ def test_korean_bleu_ignores_word_spacing():
 def test_score_requires_one_hypothesis_per_reference():
     with pytest.raises(EvaluationError, match="1 hypotheses for 2 references"):
         score(["one"], ["one", "two"], "en")
+
+
+def test_number_counts_sum_each_lines_missing_and_invented_numbers():
+    sources, hypotheses = ["356년 7월", "3 cats", "no number"], ["in July 2156", "3 cats", "1 dog"]
+    assert number_counts(sources, hypotheses) == {"in_sources": 3, "missing": 2, "invented": 2}
 
 
 def test_read_parallel_rejects_misaligned_files(tmp_path):

@@ -8,6 +8,7 @@ import torch
 from fixture_model import fixture_examples, pad, tiny_config
 
 from nmt.model import Transformer
+from nmt.numbers import NumberGuard
 from nmt.search import SearchOptions, allowed_log_probs, banned_ngram_mask, beam_search, greedy_search, search
 
 BOS, EOS = 2, 3
@@ -154,7 +155,8 @@ def test_banned_ngram_mask_is_per_row():
 @pytest.mark.parametrize(
     "settings, message",
     [({"beam_size": 0}, "beam_size"), ({"beam_size": 2, "nbest": 3}, "nbest"), ({"max_len_b": 0}, "max_len"), ({"min_length": -1}, "min_length"),
-     ({"no_repeat_ngram_size": -1}, "no_repeat")],
+     ({"no_repeat_ngram_size": -1}, "no_repeat"), ({"invented_number_penalty": -1.0}, "invented_number_penalty"),
+     ({"invented_number_penalty": float("inf")}, "invented_number_penalty")],
 )
 def test_invalid_options_are_refused(settings, message):
     with pytest.raises(ValueError, match=message):
@@ -192,3 +194,20 @@ def test_an_empty_hypothesis_does_not_take_a_finished_slot():
     cut_off = beam_search(model, source, BOS, EOS, replace(options, min_length=0))[0]
     assert [h.tokens for h in cut_off] == [[4], []]
     assert [h.tokens for h in beam_search(model, source, BOS, EOS, options)[0]] == [[4, 6, 7], [4]]
+
+
+@GREEDY_AND_BEAM
+def test_invented_number_penalty_steers_away_from_numbers_the_source_lacks(beam_size):
+    """After BOS the model prefers the number " 1" (0.6) to the word " a" (0.4); a penalty of 1 makes " 1" worth
+    log 0.6 - 1 < log 0.4 where the source has no 1, and changes nothing where it has one or without the guard."""
+    guard = NumberGuard(["", "", "", "", " a", " 1", " 2", "", "", ""])
+    model = markov_model({BOS: {5: 0.6, 4: 0.4}})
+    without_one, with_one = torch.tensor([[6, EOS]]), torch.tensor([[5, EOS]])
+    options = SearchOptions(beam_size=beam_size, invented_number_penalty=1.0)
+    assert search(model, without_one, BOS, EOS, options, guard)[0][0].tokens == [4]
+    assert search(model, with_one, BOS, EOS, options, guard)[0][0].tokens == [5]
+    assert search(model, without_one, BOS, EOS, options)[0][0].tokens == [5]
+    assert search(model, without_one, BOS, EOS, replace(options, invented_number_penalty=0.0), guard)[0][0].tokens == [5]
+    # soft: a number the model is sure enough of stays, and its score carries the penalty the search paid for it
+    sure = search(markov_model({BOS: {5: 0.9, 4: 0.1}}), without_one, BOS, EOS, options, guard)[0][0]
+    assert sure.tokens == [5] and sure.score == pytest.approx((math.log(0.9) - 1.0) / 2)

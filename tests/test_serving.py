@@ -145,6 +145,13 @@ def test_a_request_may_ask_to_rerank_the_beam_by_back_translation(live, fixture_
     assert [h.text for h in response.hypotheses] == [c.text for c in expected.candidates]
 
 
+def test_a_requests_number_penalty_reaches_the_search_and_an_unset_one_keeps_the_models(fixture_translator):
+    validator = RequestValidator(fixture_translator, Limits())
+    asked = pb.DecodingOptions(invented_number_penalty=2.5)
+    assert validator.search_options(asked, "ko", "en").invented_number_penalty == 2.5
+    assert validator.search_options(pb.DecodingOptions(), "ko", "en").invented_number_penalty == 0.0
+
+
 def test_long_text_is_split_into_sentences_not_truncated(live):
     text = " ".join(KO[:12])
     assert live.stub.Translate(request(text), timeout=TIMEOUT).translation == " ".join(EN[:12])
@@ -324,6 +331,8 @@ def _refusal(call, message) -> grpc.RpcError:
         (request(KO[0], length_penalty=math.nan), "options.length_penalty must be a finite number"),
         (request(KO[0], reconstruction_weight=math.inf), "options.reconstruction_weight must be a finite number"),
         (request(KO[0], reconstruction_weight=-0.5), "reconstruction_weight must be a finite number ≥ 0, got -0.5"),
+        (request(KO[0], invented_number_penalty=math.nan), "options.invented_number_penalty must be a finite number"),
+        (request(KO[0], invented_number_penalty=-1.0), "invented_number_penalty must be a finite number ≥ 0, got -1.0"),
         (request(KO[0], max_len_b=0), "max_len_b ≥ 1"),
         (request(EN[0], "en", "ko", speech_level="formal"),
          "speech level 'formal' cannot be asked of this model (it was trained without speech-level tags)"),

@@ -5,7 +5,7 @@ import torch
 from fixture_model import fixture_pairs, level_fixture_rows
 
 import nmt.translator
-from nmt.search import SearchOptions
+from nmt.search import Hypothesis, SearchOptions
 from nmt.speech_level import speech_level
 from nmt.translator import Translator, UnsupportedLanguagePair, UnsupportedSpeechLevel, resolve_device
 
@@ -145,6 +145,20 @@ def test_a_model_without_level_tags_refuses_a_level_before_searching(fixture_tra
         fixture_translator.default_options("en", "ko", speech_level="formal")
     with pytest.raises(UnsupportedSpeechLevel, match="trained without speech-level tags"):
         fixture_translator.translate(["I am a student."], "en", "ko", SearchOptions(speech_level="formal"))
+
+
+def test_every_search_is_given_the_vocabularys_number_guard(fixture_translator):
+    seen = []
+
+    def spy(model, source, bos_id, eos_id, options, guard=None):
+        seen.append(guard)
+        return [[Hypothesis(tokens=[], score=0.0)] for _ in range(source.size(0))]
+
+    options = SearchOptions(invented_number_penalty=1.0)
+    fixture_translator.translate_sentences(["3년 전"], "en", options, spy)
+    assert seen == [fixture_translator.number_guard]
+    assert fixture_translator.beam_search(options).guard is fixture_translator.number_guard
+    assert fixture_translator.beam_search(SearchOptions()).guard is None  # no penalty: nothing to guard
 
 
 def test_decoding_overrides_replace_every_pairs_tuned_default_and_must_be_tuned_options(fixture_model_dir):

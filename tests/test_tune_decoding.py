@@ -15,7 +15,18 @@ from serving.validation import RequestValidator
 from training import evaluate, tune_decoding
 from training.evaluate import evaluation_sets
 from training.recipe import load_recipe
-from training.tune_decoding import EVEN, ReusingTranslator, Setting, Trial, best, loops_in, parse_set_weights, run_trial, weighted_objective
+from training.tune_decoding import (
+    EVEN,
+    ReusingTranslator,
+    Setting,
+    Trial,
+    best,
+    fewest_invented_numbers,
+    loops_in,
+    parse_set_weights,
+    run_trial,
+    weighted_objective,
+)
 
 TUNED = {"length_penalty": 0.6, "no_repeat_ngram_size": 3}
 TUNED_EN_KO = {"length_penalty": 2.0}  # en→ko's own α (its n-gram ban is the shared one)
@@ -68,6 +79,32 @@ def test_a_reranking_weight_is_chosen_only_where_it_gains_enough(monkeypatch):
                                   min_rerank_gain=min_gain)[0].setting
     assert chosen(0.1) == Setting(1.0, 0, 0.3)
     assert chosen(0.5) == Setting(1.0, 0, 0.0)
+
+
+def trial_inventing(setting: Setting, objective: float, invented: int) -> Trial:
+    return Trial(setting, objective, 0, [{"numbers": {"in_sources": 50, "missing": 5, "invented": invented}}])
+
+
+def test_the_number_penalty_that_invents_fewest_numbers_is_kept_within_the_tolerance():
+    chosen = trial_inventing(Setting(1.0, 4, 0.3), 19.54, 70)
+    guarded = [trial_inventing(Setting(1.0, 4, 0.3, p), objective, invented)
+               for p, objective, invented in [(1.0, 19.56, 50), (2.0, 19.50, 40), (3.0, 19.40, 36)]]
+    assert fewest_invented_numbers(chosen, guarded).setting.invented_number_penalty == 2.0  # 3.0 costs 0.14 > 0.05
+    assert fewest_invented_numbers(chosen, guarded, tolerance=0.2).setting.invented_number_penalty == 3.0
+    assert fewest_invented_numbers(chosen, guarded, tolerance=0.0).setting.invented_number_penalty == 1.0
+    assert fewest_invented_numbers(chosen, []).setting == chosen.setting
+    level = trial_inventing(Setting(1.0, 4, 0.3, 1.0), 19.54, 70)  # inventing as many: no reason to change
+    assert fewest_invented_numbers(chosen, [level]).setting == chosen.setting
+
+
+def test_the_number_penalty_is_tried_last_at_the_chosen_setting(monkeypatch):
+    invented = {0.0: 70, 1.0: 45, 2.0: 30}
+    monkeypatch.setattr(tune_decoding, "run_trial", lambda *args: trial_inventing(
+        args[3], 20.0 - 0.02 * args[3].invented_number_penalty, invented[args[3].invented_number_penalty]))
+    chosen, _, trials = tune_decoding.tune(None, [], [], [], [], 4, None, report=lambda _: None,
+                                           invented_number_penalties=[1.0, 2.0])
+    assert [t.setting.invented_number_penalty for t in trials] == [0.0, 1.0, 2.0]
+    assert chosen.setting == Setting(1.0, 0, 0.0, 2.0)
 
 
 def test_set_weights_weigh_each_sets_primary_metric_in_the_mean():
@@ -150,14 +187,17 @@ def test_tuning_writes_each_directions_choice_and_evaluate_uses_it(fixture_model
     model_dir = shutil.copytree(fixture_model_dir, tmp_path / "model")
     chosen = tune_decoding.main(["--config", str(tiny_recipe), "--model", str(model_dir), "--length-penalties", "0.6",
                                  "--no-repeat-ngram-sizes", "2", "--reconstruction-weights", "0.5", "--min-rerank-gain", "-100",
-                                 "--set-weights", "tiny-dev=2", "--write"])
+                                 "--invented-number-penalties", "3", "--set-weights", "tiny-dev=2", "--write"])
     assert set(chosen) == {"ko-en", "en-ko"}
     assert all(setting.reconstruction_weight == 0.5 for setting in chosen.values())  # any gain would do
     report = json.loads((model_dir / "decoding.json").read_text(encoding="utf-8"))
     for pair, tuning in report["directions"].items():
-        tried = [(t["length_penalty"], t["no_repeat_ngram_size"], t["reconstruction_weight"]) for t in tuning["trials"]]
-        assert tried[:2] == [(1.0, 0, 0), (0.6, 0, 0)] and tried[-2][1:] == (2, 0)  # the library default first, then the ban
-        assert tried[-1][2] == 0.5  # the reranking weight last, at the chosen α and ban
+        tried = [(t["length_penalty"], t["no_repeat_ngram_size"], t["reconstruction_weight"], t["invented_number_penalty"])
+                 for t in tuning["trials"]]
+        assert tried[:2] == [(1.0, 0, 0, 0), (0.6, 0, 0, 0)] and tried[-3][1:] == (2, 0, 0)  # the library default first, then the ban
+        assert tried[-2][2:] == (0.5, 0)  # the reranking weight at the chosen α and ban
+        assert tried[-1][2:] == (0.5, 3)  # the number penalty last, at the chosen weight
+        assert all(t["invented_numbers"] == sum(r["numbers"]["invented"] for r in t["results"]) for t in tuning["trials"])
         assert {(r["set"], r["direction"]) for t in tuning["trials"] for r in t["results"]} == {("tiny-dev", pair)}  # dev sets only
     decoding = json.loads((model_dir / "metadata.json").read_text(encoding="utf-8"))["decoding"]
     assert decoding["chosen_on"]["set_weights"] == report["set_weights"] == {"tiny-dev": 2.0}

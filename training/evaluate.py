@@ -34,6 +34,7 @@ from pathlib import Path
 from sacrebleu.metrics import BLEU, CHRF
 
 from nmt.checkpoint import CheckpointError
+from nmt.numbers import number_mismatches, numbers_in
 from nmt.search import SearchOptions
 from nmt.translate import add_precision_options, add_tuned_options, given_options
 from nmt.translator import Translator, UnsupportedLanguagePair, UnsupportedSpeechLevel
@@ -189,12 +190,21 @@ def evaluate(
                     "bleu": round(scores["bleu"], 2),
                     "chrf": round(scores["chrf"], 2),
                     "primary_metric": primary_metric(target_lang),
+                    "numbers": number_counts(sources, hypotheses),
                     "seconds": round(seconds, 3),
                     "sentences_per_second": round(len(sources) / seconds, 2),
                     "hypotheses": str(hypotheses_file),
                 }
             )
     return results
+
+
+def number_counts(sources: Sequence[str], hypotheses: Sequence[str]) -> dict:
+    """How faithfully a set's numbers came through (:mod:`nmt.numbers`): the sources' numbers, how many of them the
+    translations lack, and how many numbers the translations wrote that their sources lack."""
+    mismatches = [number_mismatches(source, hypothesis) for source, hypothesis in zip(sources, hypotheses, strict=True)]
+    return {"in_sources": sum(len(numbers_in(source)) for source in sources),
+            "missing": sum(missing for missing, _ in mismatches), "invented": sum(invented for _, invented in mismatches)}
 
 
 def build_report(translator: Translator, model_dir: Path, recipe: Recipe, config_path: Path, config: EvaluationConfig,
@@ -217,12 +227,16 @@ def build_report(translator: Translator, model_dir: Path, recipe: Recipe, config
 
 
 def format_table(results: list[dict]) -> str:
-    """One row per set and direction, the primary metric starred, then the metric signatures."""
-    header = f"{'set':<20} {'split':<5} {'direction':<9} {'sentences':>9} {'BLEU':>7} {'chrF':>7} {'sent/s':>8}"
+    """One row per set and direction, the primary metric starred, the numbers missing and invented against those
+    in the sources, then the metric signatures."""
+    header = (f"{'set':<20} {'split':<5} {'direction':<9} {'sentences':>9} {'BLEU':>7} {'chrF':>7} {'sent/s':>8} "
+              f"{'numbers missing/invented/in sources':>36}")
     rows = []
     for r in results:
         bleu, chrf = (f"{r[m]:.2f}" + ("*" if r["primary_metric"] == m else " ") for m in ("bleu", "chrf"))
-        rows.append(f"{r['set']:<20} {r['split']:<5} {r['direction']:<9} {r['sentences']:>9} {bleu:>7} {chrf:>7} {r['sentences_per_second']:>8.1f}")
+        numbers = f"{r['numbers']['missing']}/{r['numbers']['invented']}/{r['numbers']['in_sources']}"
+        rows.append(f"{r['set']:<20} {r['split']:<5} {r['direction']:<9} {r['sentences']:>9} {bleu:>7} {chrf:>7} "
+                    f"{r['sentences_per_second']:>8.1f} {numbers:>36}")
     signatures = sorted({r["bleu_signature"] for r in results} | {r["chrf_signature"] for r in results})
     return "\n".join([header, "-" * len(header), *rows, "* primary metric", "", *signatures])
 

@@ -1,5 +1,5 @@
-"""Choose a model's decoding defaults on the dev sets, per direction: length penalty, no-repeat n-gram size, then
-the weight of reranking by back-translation.
+"""Choose a model's decoding defaults on the dev sets, per direction: length penalty, no-repeat n-gram size, the
+weight of reranking by back-translation, then the penalty on invented numbers.
 
     python -m training.tune_decoding --config configs/release.yaml --model models/default [--limit 200] [--write]
 
@@ -17,6 +17,9 @@ failure the n-gram ban is for. Last, at the chosen α and n-gram size, the recon
 :mod:`nmt.rerank`: reranking the beam by log P(source | candidate) costs a teacher-forced pass over every candidate,
 so a λ above 0 is kept only where it gains at least ``--min-rerank-gain`` on the objective. The λ trials rerank one
 beam with one set of channel scores per dev set (:class:`ReusingTranslator`), so a longer λ grid costs almost nothing.
+Then the penalty on tokens that write a number the source lacks (:mod:`nmt.numbers`): BLEU and chrF barely see a
+wrong number and a reader sees nothing else, so of ``--invented-number-penalties`` the one that invents fewest
+numbers on the dev sets is kept among those that cost at most ``--number-tolerance`` of the objective.
 
 ``--write`` stores each direction's choice in the model's ``metadata.json`` under ``decoding`` → ``directions``,
 where :class:`~nmt.translator.Translator` takes its defaults from; the full grid goes to ``<model>/decoding.json``.
@@ -51,6 +54,7 @@ class Setting:
     length_penalty: float
     no_repeat_ngram_size: int
     reconstruction_weight: float = 0.0
+    invented_number_penalty: float = 0.0
 
 
 @dataclass
@@ -59,6 +63,11 @@ class Trial:
     objective: float  # mean primary metric over dev sets and directions
     loops: int  # hypotheses that repeat a word n-gram LOOP_REPEATS times in a row
     results: list[dict]
+
+    @property
+    def invented_numbers(self) -> int:
+        """Numbers the hypotheses wrote that their sources lack, over every set (training.evaluate's count)."""
+        return sum(r["numbers"]["invented"] for r in self.results)
 
 
 def loops_in(hypotheses: Sequence[str]) -> int:
@@ -89,6 +98,7 @@ def run_trial(translator: Translator, sets, directions, setting: Setting, beam_s
 
 LOOP_TOLERANCE = 0.1  # mean metric points: far below what 300 dev lines per set can tell apart
 MIN_RERANK_GAIN = 0.1  # mean metric points a reranking weight must add to be worth its teacher-forced pass
+NUMBER_TOLERANCE = 0.05  # mean metric points the number penalty may cost: the metrics barely see numbers, readers do
 
 
 def best(trials: Sequence[Trial], tolerance: float = 0.0) -> Trial:
@@ -98,6 +108,13 @@ def best(trials: Sequence[Trial], tolerance: float = 0.0) -> Trial:
     top = max(t.objective for t in trials)
     contenders = [t for t in trials if t.objective >= top - tolerance]
     return max(contenders, key=lambda t: (-t.loops, t.objective))
+
+
+def fewest_invented_numbers(chosen: Trial, guarded: Sequence[Trial], tolerance: float = NUMBER_TOLERANCE) -> Trial:
+    """Of ``chosen`` and the ``guarded`` trials within ``tolerance`` of its objective, the one that invents fewest
+    numbers, then the higher objective, then the earlier."""
+    contenders = [chosen, *(t for t in guarded if t.objective >= chosen.objective - tolerance)]
+    return min(contenders, key=lambda t: (t.invented_numbers, -t.objective))
 
 
 BASELINE = Setting(SearchOptions.length_penalty, SearchOptions.no_repeat_ngram_size)
@@ -134,12 +151,14 @@ class ReusingTranslator(Translator):
 def tune(translator: Translator, sets, directions, length_penalties: Sequence[float], ngram_sizes: Sequence[int],
          beam_size: int, limit: int | None, tolerance: float = LOOP_TOLERANCE, set_weights: Mapping[str, float] = EVEN,
          report=print, reconstruction_weights: Sequence[float] = (), min_rerank_gain: float = MIN_RERANK_GAIN,
+         invented_number_penalties: Sequence[float] = (), number_tolerance: float = NUMBER_TOLERANCE,
          ) -> tuple[Trial, Trial, list[Trial]]:
     """(chosen, baseline, all trials): the library defaults first, α over ``length_penalties`` with repeats
     allowed, by the objective alone (the loops there are what the n-gram stage is for, so they must not pick α),
     then the n-gram size at that α by :func:`best` with ``tolerance``, then the reconstruction weight at both,
-    the best of ``reconstruction_weights`` where it beats no reranking by ``min_rerank_gain``. Ties keep the
-    earlier setting, so the defaults stay unless beaten."""
+    the best of ``reconstruction_weights`` where it beats no reranking by ``min_rerank_gain``, then of
+    ``invented_number_penalties`` the one :func:`fewest_invented_numbers` keeps. Ties keep the earlier setting, so
+    the defaults stay unless beaten."""
     trials: list[Trial] = []
 
     def trial(setting: Setting) -> Trial:
@@ -149,8 +168,9 @@ def tune(translator: Translator, sets, directions, length_penalties: Sequence[fl
             done = run_trial(translator, sets, directions, setting, beam_size, limit, set_weights)
             trials.append(done)
             report(f"length_penalty {setting.length_penalty:<4} no_repeat_ngram_size {setting.no_repeat_ngram_size} "
-                   f"reconstruction_weight {setting.reconstruction_weight:g}: objective {done.objective:.3f}, loops {done.loops} "
-                   f"({time.monotonic() - started:.0f} s)")
+                   f"reconstruction_weight {setting.reconstruction_weight:g} invented_number_penalty "
+                   f"{setting.invented_number_penalty:g}: objective {done.objective:.3f}, loops {done.loops}, invented numbers "
+                   f"{done.invented_numbers} ({time.monotonic() - started:.0f} s)")
         return done
 
     baseline = trial(BASELINE)
@@ -159,7 +179,8 @@ def tune(translator: Translator, sets, directions, length_penalties: Sequence[fl
     reranked = [trial(dataclasses.replace(chosen.setting, reconstruction_weight=w)) for w in reconstruction_weights]
     if reranked and (top := best(reranked)).objective >= chosen.objective + min_rerank_gain:
         chosen = top
-    return chosen, baseline, trials
+    guarded = [trial(dataclasses.replace(chosen.setting, invented_number_penalty=p)) for p in invented_number_penalties]
+    return fewest_invented_numbers(chosen, guarded, number_tolerance), baseline, trials
 
 
 @dataclass
@@ -174,14 +195,16 @@ class Choice:
 def tune_directions(translator: Translator, sets, directions: Sequence[tuple[str, str]], length_penalties: Sequence[float],
                     ngram_sizes: Sequence[int], beam_size: int, limit: int | None, tolerance: float = LOOP_TOLERANCE,
                     set_weights: Mapping[str, float] = EVEN, report=print, reconstruction_weights: Sequence[float] = (),
-                    min_rerank_gain: float = MIN_RERANK_GAIN) -> dict[str, Choice]:
+                    min_rerank_gain: float = MIN_RERANK_GAIN, invented_number_penalties: Sequence[float] = (),
+                    number_tolerance: float = NUMBER_TOLERANCE) -> dict[str, Choice]:
     """:func:`tune` for each direction on its own dev sets and objective, ``"ko-en"`` → its :class:`Choice`."""
     choices = {}
     for source_lang, target_lang in directions:
         pair = f"{source_lang}-{target_lang}"
         choices[pair] = Choice(*tune(translator, sets, [(source_lang, target_lang)], length_penalties, ngram_sizes,
                                      beam_size, limit, tolerance, set_weights,
-                                     lambda line, pair=pair: report(f"{pair}: {line}"), reconstruction_weights, min_rerank_gain))
+                                     lambda line, pair=pair: report(f"{pair}: {line}"), reconstruction_weights, min_rerank_gain,
+                                     invented_number_penalties, number_tolerance))
     return choices
 
 
@@ -192,7 +215,9 @@ def write_defaults(model_dir: Path, choices: dict[str, Choice], sets: Sequence[s
     metadata = json.loads(path.read_text(encoding="utf-8"))
     metadata["decoding"] = {
         "directions": {pair: {**vars(c.chosen.setting), "objective": c.chosen.objective, "loops": c.chosen.loops,
-                              "before": {"objective": c.baseline.objective, "loops": c.baseline.loops}}
+                              "invented_numbers": c.chosen.invented_numbers,
+                              "before": {"objective": c.baseline.objective, "loops": c.baseline.loops,
+                                         "invented_numbers": c.baseline.invented_numbers}}
                        for pair, c in choices.items()},
         "chosen_on": {"sets": list(sets), "limit": limit, "set_weights": dict(set_weights)},
     }
@@ -235,6 +260,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Setting]:
                         help="reranking weights λ to try at the chosen α and n-gram size (default: 0.1,0.3,0.5,1.0)")
     parser.add_argument("--min-rerank-gain", type=float, default=MIN_RERANK_GAIN,
                         help="the objective a λ above 0 must add to be chosen (default: %(default)s)")
+    parser.add_argument("--invented-number-penalties", type=parse_floats, default=[1.0, 2.0, 3.0],
+                        help="penalties on numbers the source lacks to try last (default: 1,2,3)")
+    parser.add_argument("--number-tolerance", type=float, default=NUMBER_TOLERANCE,
+                        help="the objective the number penalty may cost (default: %(default)s)")
     parser.add_argument("--loop-tolerance", type=float, default=LOOP_TOLERANCE,
                         help="give up this much of the objective for fewer looping outputs (default: %(default)s)")
     parser.add_argument("--set-weights", type=parse_set_weights, default={},
@@ -255,18 +284,23 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Setting]:
     translator = ReusingTranslator.load(args.model, args.device)
     choices = tune_directions(translator, sets, recipe.directions, args.length_penalties, args.no_repeat_ngram_sizes,
                               args.beam_size, args.limit, args.loop_tolerance, args.set_weights,
-                              reconstruction_weights=args.reconstruction_weights, min_rerank_gain=args.min_rerank_gain)
+                              reconstruction_weights=args.reconstruction_weights, min_rerank_gain=args.min_rerank_gain,
+                              invented_number_penalties=args.invented_number_penalties, number_tolerance=args.number_tolerance)
     report = {"sets": dev_names, "limit": args.limit, "set_weights": args.set_weights, "beam_size": args.beam_size,
-              "loop_tolerance": args.loop_tolerance,
+              "loop_tolerance": args.loop_tolerance, "number_tolerance": args.number_tolerance,
               "directions": {pair: {"chosen": vars(c.chosen.setting),
                                     "trials": [{**vars(t.setting), "objective": t.objective, "loops": t.loops,
-                                                "results": t.results} for t in c.trials]}
+                                                "invented_numbers": t.invented_numbers, "results": t.results}
+                                               for t in c.trials]}
                              for pair, c in choices.items()}}
     (args.model / "decoding.json").write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     for pair, c in choices.items():
-        print(f"{pair} chosen: length_penalty {c.chosen.setting.length_penalty}, no_repeat_ngram_size "
-              f"{c.chosen.setting.no_repeat_ngram_size}, reconstruction_weight {c.chosen.setting.reconstruction_weight:g}: objective {c.baseline.objective:.3f} -> {c.chosen.objective:.3f}, "
-              f"loops {c.baseline.loops} -> {c.chosen.loops}")
+        setting = c.chosen.setting
+        print(f"{pair} chosen: length_penalty {setting.length_penalty}, no_repeat_ngram_size {setting.no_repeat_ngram_size}, "
+              f"reconstruction_weight {setting.reconstruction_weight:g}, invented_number_penalty "
+              f"{setting.invented_number_penalty:g}: objective {c.baseline.objective:.3f} -> {c.chosen.objective:.3f}, "
+              f"loops {c.baseline.loops} -> {c.chosen.loops}, invented numbers {c.baseline.invented_numbers} -> "
+              f"{c.chosen.invented_numbers}")
     if args.write:
         write_defaults(args.model, choices, dev_names, args.limit, args.set_weights)
         print(f"wrote the defaults into {args.model / 'metadata.json'}")
