@@ -139,7 +139,7 @@ bench-kernel-cache: install  ## resident memory and speed of decoding $(MODEL) a
 bench-continuous: install  ## the server's step-level search alone: sentences/s with 1, 8 and 32 sentences in flight
 	$(PY) -m bench.continuous --model $(MODEL) --dev $(RUN_DIR)/data/dev.jsonl --threads $(BENCH_THREADS)
 
-bench-mbr: install  ## MBR reranking of $(MODEL)'s beam n-best (chrF, BLEU utilities) against MAP on every dev set, first MBR_SENTENCES lines
+bench-mbr: install  ## MBR reranking of $(MODEL)'s beam n-best (chrF, BLEU utilities) against MAP and the n-best's oracle on every dev set, first MBR_SENTENCES lines
 	$(PY) -m bench.mbr --model $(MODEL) --dev $(RUN_DIR)/data/dev.jsonl --threads $(BENCH_THREADS) --sentences $(MBR_SENTENCES)
 
 gpu-carry: install  ## for a GPU session: the wheels its image lacks and the release data, compressed, into .gpu-carry/

@@ -1,4 +1,4 @@
-"""Minimum Bayes-risk reranking of the beam's n-best against its top choice (MAP), on the dev sets.
+"""Minimum Bayes-risk reranking of the beam's n-best against its top choice (MAP) and its ceiling, on the dev sets.
 
     python -m bench.mbr --model models/default --dev runs/release/data/dev.jsonl --sentences 300   (make bench-mbr)
 
@@ -9,6 +9,8 @@ sentences, and to pick a wordier consensus on short ones. The benchmark says whi
 corpus and direction of the dev file, each beam size decodes once with n-best = beam; the MAP choice and the MBR
 choice under each utility (sentence chrF, sentence BLEU) are scored with corpus BLEU and chrF as ``make eval`` scores
 them, and each choice gets the mean primary metric over the set-directions (BLEU into English, chrF into Korean).
+The oracle choice reads the reference: each sentence's candidate of highest sentence-level primary metric, the
+ceiling that no reranking of this n-best (MBR, back-translation, a language model) can pass.
 """
 
 from __future__ import annotations
@@ -46,6 +48,11 @@ def mbr_choice(candidates: Sequence[str], scores: Sequence[float], utility: Util
     return max(range(len(candidates)), key=expected.__getitem__)
 
 
+def oracle_choice(candidates: Sequence[str], reference: str, utility: Utility) -> int:
+    """Index of the candidate closest to the reference: what a perfect reranker would pick (the earliest on ties)."""
+    return max(range(len(candidates)), key=lambda i: utility(candidates[i], reference))
+
+
 def directions_of(path: Path) -> list[tuple[str, str, str]]:
     """Every (corpus, source_lang, target_lang) of a prepared dev file, in file order."""
     seen: dict[tuple[str, str, str], None] = {}
@@ -71,6 +78,8 @@ def compare_choices(translator: Translator, dev_path: Path, sentences: int, beam
             choices = {"map": [texts[0] for texts, _ in nbest]}
             for name, utility in utilities(target_lang).items():
                 choices[f"mbr-{name}"] = [texts[mbr_choice(texts, scores, utility)] for texts, scores in nbest]
+            primary = utilities(target_lang)[primary_metric(target_lang)]
+            choices["oracle"] = [texts[oracle_choice(texts, reference, primary)] for (texts, _), reference in zip(nbest, dev.references)]
             yield {
                 "set": corpus, "direction": f"{source_lang}-{target_lang}", "beam_size": beam_size,
                 "sentences": len(dev.sources), "primary_metric": primary_metric(target_lang),

@@ -5,7 +5,7 @@ import json
 import pytest
 from fixture_model import fixture_pairs, write_fixture_dev_set
 
-from bench.mbr import main, mbr_choice, utilities
+from bench.mbr import main, mbr_choice, oracle_choice, utilities
 from training.evaluate import score
 
 
@@ -25,6 +25,12 @@ def test_a_candidate_the_model_is_sure_of_outweighs_the_consensus():
     assert mbr_choice(candidates, [-10.0, 0.0, -10.0], shared_words) == 1
 
 
+def test_the_oracle_picks_the_candidate_closest_to_the_reference_whatever_the_model_thinks():
+    chrf = utilities("en")["chrf"]
+    assert oracle_choice(["a dog ran", "the cat sat down", "the cat sat"], "the cat sat", chrf) == 2
+    assert oracle_choice(["same", "same"], "same", chrf) == 0
+
+
 @pytest.mark.parametrize("target_lang", ["en", "ko"])
 def test_the_utilities_are_sentence_scores_of_the_corpus_metrics(target_lang):
     hypothesis, reference = ("The cat sat.", "The cat sat down.") if target_lang == "en" else ("나는 학생이다.", "나는 학생입니다.")
@@ -41,7 +47,8 @@ def test_the_benchmark_scores_map_and_mbr_at_each_beam(fixture_model_dir, tmp_pa
                  "--out", str(out)]) == 0
     rows = json.loads(out.read_text(encoding="utf-8"))["rows"]
     assert [(r["set"], r["direction"], r["beam_size"]) for r in rows] == [("fixture", "ko-en", 1), ("fixture", "ko-en", 3)]
-    assert all(r["sentences"] == len(fixture_pairs()) and set(r["choices"]) == {"map", "mbr-chrf", "mbr-bleu"} for r in rows)
+    assert all(r["sentences"] == len(fixture_pairs()) and set(r["choices"]) == {"map", "mbr-chrf", "mbr-bleu", "oracle"}
+               for r in rows)
     one_candidate = rows[0]["choices"]
-    assert one_candidate["map"] == one_candidate["mbr-chrf"] == one_candidate["mbr-bleu"]  # a single candidate is every choice
+    assert one_candidate["map"] == one_candidate["mbr-chrf"] == one_candidate["mbr-bleu"] == one_candidate["oracle"]  # a single candidate is every choice
     assert rows[1]["choices"]["map"]["bleu"] > 90  # the fixture model has learnt its pairs
