@@ -46,13 +46,17 @@ class NumberGuard:
 
     ``pieces`` holds each token id's text (word-initial pieces with a leading space, control and byte pieces
     empty). The verdicts depend on the source's numbers and the number the hypothesis is writing, so they are
-    cached by those two: most rows are not inside a number and share one verdict per source.
+    cached by those two: most rows are not inside a number and share one verdict per source. A verdict is kept as
+    a row of 0/1 over the digit-bearing ids, so a step applies all its rows' verdicts in one tensor operation.
     """
 
     def __init__(self, pieces: Sequence[str]):
         self.pieces = list(pieces)
         self.digit_ids = [i for i, piece in enumerate(self.pieces) if any(c.isdigit() for c in piece)]
-        self._verdicts: dict[tuple[frozenset[str], str], list[int]] = {}
+        # tokens after which a number may still be being written: those ending in a digit or a separator
+        self.may_continue = frozenset(i for i, piece in enumerate(self.pieces) if piece[-1:].isdigit() or piece[-1:] in ",.")
+        self._verdicts: dict[tuple[frozenset[str], str], Tensor] = {}
+        self._digit_index: dict[torch.device, Tensor] = {}
 
     @classmethod
     def from_tokenizer(cls, tokenizer) -> NumberGuard:
@@ -67,12 +71,24 @@ class NumberGuard:
 
     def invented(self, allowed: frozenset[str], prefix: Sequence[int]) -> list[int]:
         """The digit-bearing ids that, after the generated ``prefix``, would write a number outside ``allowed``."""
-        found = TRAILING_NUMBER.search(self.text(prefix[-TAIL_TOKENS:]))
-        writing = found.group() if found else ""
+        return [i for i, invents in zip(self.digit_ids, self.verdict(allowed, prefix).tolist()) if invents]
+
+    def verdict(self, allowed: frozenset[str], prefix: Sequence[int]) -> Tensor:
+        """:meth:`invented` as 0/1 over ``digit_ids`` (float32, on the CPU), cached."""
+        writing = ""
+        if prefix and prefix[-1] in self.may_continue:
+            found = TRAILING_NUMBER.search(self.text(prefix[-TAIL_TOKENS:]))
+            writing = found.group() if found else ""
         key = (allowed, writing)
         if key not in self._verdicts:
-            self._verdicts[key] = [i for i in self.digit_ids if not self._keeps_to(allowed, writing, self.pieces[i])]
+            self._verdicts[key] = torch.tensor([not self._keeps_to(allowed, writing, self.pieces[i]) for i in self.digit_ids],
+                                               dtype=torch.float32)
         return self._verdicts[key]
+
+    def digit_index(self, device: torch.device) -> Tensor:
+        if device not in self._digit_index:
+            self._digit_index[device] = torch.tensor(self.digit_ids, dtype=torch.long, device=device)
+        return self._digit_index[device]
 
     @staticmethod
     def _keeps_to(allowed: frozenset[str], writing: str, piece: str) -> bool:
@@ -105,11 +121,6 @@ class NumberRules:
     def apply(self, log_probs: Tensor, prefixes: Tensor) -> None:
         """Lower, in place, each row's tokens that would invent a number; ``prefixes`` are the rows' ids so far."""
         tails = prefixes[:, -TAIL_TOKENS:].tolist()
-        rows, ids = [], []
-        for row, (allowed, tail) in enumerate(zip(self.row_numbers, tails, strict=True)):
-            invented = self.guard.invented(allowed, tail)
-            rows += [row] * len(invented)
-            ids += invented
-        if ids:
-            index = (torch.tensor(rows, device=log_probs.device), torch.tensor(ids, device=log_probs.device))
-            log_probs.index_put_(index, torch.tensor(-self.penalty, device=log_probs.device), accumulate=True)
+        verdicts = torch.stack([self.guard.verdict(allowed, tail) for allowed, tail in zip(self.row_numbers, tails, strict=True)])
+        columns = self.guard.digit_index(log_probs.device)
+        log_probs[:, columns] -= self.penalty * verdicts.to(log_probs.device)
