@@ -122,3 +122,17 @@ def test_the_source_width_shrinks_to_the_longest_source_still_searching(fixture_
         results.update(engine.step())
     assert_same_nbest(results["short"], alone(model, short, options), len(short))
     assert_same_nbest(results["joined"], alone(model, long_row[: len(short) + 1], options), len(short) + 1)
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_the_number_guard_follows_each_sentence_through_joins_and_leaves(fixture_translator, sources, beam_size):
+    """Each sentence keeps its own source's numbers however rows move; a huge penalty bans every digit the sources
+    lack, so a translation decoded in a crowd is the one it gets alone with the same guard."""
+    model, guard, rng = fixture_translator.model, fixture_translator.number_guard, random.Random(7)
+    options = SearchOptions(beam_size=beam_size, nbest=1, invented_number_penalty=1e6)
+    rows = rng.sample(sources, len(sources))
+    results = run_schedule(BeamSearch(model, BOS, EOS, options, guard), rows, rng, removed=set())
+    for key, nbest in results.items():
+        solo = search(model, torch.tensor([rows[key]]), BOS, EOS, options, guard)[0]
+        assert_same_nbest(nbest, solo, len(rows[key]))
+        assert not set(nbest[0].tokens) & (set(guard.digit_ids) - set(rows[key]))  # no digit the source lacks
