@@ -10,17 +10,20 @@ error that costs most. So:
 * :class:`NumberGuard` lets a search take ``invented_number_penalty`` from the log-probability of every token that
   would start or extend a number which is not the start of a number in the source.
 
-A number is compared by its digits alone, so "1,234.5" and "1234.5" agree. The penalty is soft: a translation
-may still turn "July" into "7월" or "3억 5천만" into "350 million" where the model is sure enough, and a number may
-stop short of the source's (the guard checks that digits are a prefix of a source number, not that it ends).
+A number is compared by its digits alone, so "1,234.5" and "1234.5" agree. A translation may write a source's
+number in another form, so the guard also allows what a source's numbers mean (:func:`numbers_meant`): a Korean
+number with its units multiplied out ("38만" is 380,000; "3억 5천만" is 350,000,000), and an English month or
+number word as digits ("July" is 7월, "five" 5). The penalty is soft all the same, and a number may stop short of
+the source's (the guard checks that digits are a prefix of a number the source means, not that it ends).
 """
 
 from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 
 import torch
 from torch import Tensor
@@ -28,11 +31,48 @@ from torch import Tensor
 NUMBER = re.compile(r"\d[\d,.]*")  # digits with the separators inside and after them; compared by digits alone
 TRAILING_NUMBER = re.compile(r"\d[\d,.]*$")
 TAIL_TOKENS = 8  # generated tokens read back to find the number a hypothesis is writing (longer ones are rare)
+# A Korean number and its units ("5천만": 5 × 10³ × 10⁴); the powers of ten of 천, 만, 억 and 조.
+KOREAN_UNIT_NUMBER = re.compile(r"(\d[\d,]*(?:\.\d+)?)\s?([천만억조]+)")
+KOREAN_UNIT_POWERS = {"천": 3, "만": 4, "억": 8, "조": 12}
+ENGLISH_NUMBER_WORDS = {
+    word: index + 1 for index, word in enumerate(("january february march april may june july august september "
+                                                  "october november december").split())
+} | {word: value for value, word in enumerate(("zero one two three four five six seven eight nine ten eleven twelve "
+                                               "thirteen fourteen fifteen sixteen seventeen eighteen nineteen twenty").split())
+     } | {word: 10 * tens for tens, word in enumerate("thirty forty fifty sixty seventy eighty ninety".split(), start=3)}
+ENGLISH_WORD = re.compile(r"[A-Za-z]+")
 
 
 def numbers_in(text: str) -> list[str]:
     """The digit strings of the numbers in ``text``, in order: "On 7/21, 1,234.5 won" → ["7", "21", "12345"]."""
     return [re.sub(r"\D", "", number) for number in NUMBER.findall(text)]
+
+
+def numbers_meant(text: str) -> set[str]:
+    """The digit strings a translation of ``text`` may write for its numbers: :func:`numbers_in`, each Korean number
+    with its units multiplied out, alone and summed with the smaller-unit numbers right after it ("3억 5천만" →
+    300000000, 50000000 and 350000000), and the numbers that English month and number words name."""
+    meant = set(numbers_in(text)) | {_digits(value) for value in _korean_unit_values(text)}
+    return meant | {str(ENGLISH_NUMBER_WORDS[word.lower()]) for word in ENGLISH_WORD.findall(text)
+                    if word.lower() in ENGLISH_NUMBER_WORDS}
+
+
+def _korean_unit_values(text: str) -> Iterator[Decimal]:
+    total, last_power, last_end = Decimal(0), None, None
+    for match in KOREAN_UNIT_NUMBER.finditer(text):
+        power = sum(KOREAN_UNIT_POWERS[unit] for unit in match.group(2))
+        value = Decimal(match.group(1).replace(",", "")) * 10**power
+        yield value
+        follows = last_end is not None and not text[last_end : match.start()].strip() and power < last_power
+        total = total + value if follows else value
+        if follows:
+            yield total
+        last_power, last_end = power, match.end()
+
+
+def _digits(value: Decimal) -> str:
+    """The digits of a number as :func:`numbers_in` reads them: 2.5 × 10⁸ → "250000000", 1.25 → "125"."""
+    return str(int(value)) if value == value.to_integral_value() else re.sub(r"\D", "", format(value.normalize(), "f"))
 
 
 def number_mismatches(source: str, translation: str) -> tuple[int, int]:
@@ -63,8 +103,9 @@ class NumberGuard:
         return cls([piece_text(tokenizer.sp, i) for i in range(tokenizer.sp.get_piece_size())])
 
     def source_numbers(self, ids: Sequence[int]) -> frozenset[str]:
-        """Every prefix of every number in a source (its ids), the set a written number must stay within."""
-        return frozenset(number[:end] for number in numbers_in(self.text(ids)) for end in range(1, len(number) + 1))
+        """Every prefix of every number a source (its ids) means (:func:`numbers_meant`), the set a written number
+        must stay within."""
+        return frozenset(number[:end] for number in numbers_meant(self.text(ids)) for end in range(1, len(number) + 1))
 
     def text(self, ids: Sequence[int]) -> str:
         return "".join(self.pieces[i] for i in ids)

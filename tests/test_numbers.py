@@ -4,7 +4,7 @@ would invent one."""
 import pytest
 import torch
 
-from nmt.numbers import NumberGuard, NumberRules, number_mismatches, numbers_in
+from nmt.numbers import NumberGuard, NumberRules, number_mismatches, numbers_in, numbers_meant
 
 # A toy vocabulary: ids 0-3 are special (empty text), word-initial pieces start with a space.
 PIECES = ["", "", "", "", " 3", "5", "6", " 7", " 2", "1", " the", ",", "56", " year"]
@@ -15,6 +15,20 @@ DIGIT_IDS = {THREE, FIVE, SIX, SEVEN, TWO, ONE, FIFTY_SIX}
 def test_numbers_are_compared_by_their_digits():
     assert numbers_in("On 7/21, 1,234.5 won and 1234.5 more.") == ["7", "21", "12345", "12345"]
     assert numbers_in("no numbers here") == []
+
+
+@pytest.mark.parametrize("text, meant", [
+    ("38만명 이상", {"38", "380000"}),  # 380,000 people: "380,000" must not be an invention
+    ("3억 5천만 원", {"3", "5", "300000000", "50000000", "350000000"}),  # and "350 million" is the sum's prefix
+    ("1,100만 파운드", {"1100", "11000000"}),
+    ("2.5억", {"25", "250000000"}),
+    ("3억, 5천만", {"3", "5", "300000000", "50000000"}),  # not one number: no sum
+    ("5천만 3억", {"5", "3", "50000000", "300000000"}),  # a larger unit after a smaller one starts a new number
+    ("On July 21, at five", {"7", "21", "5"}),  # 7월 21일, 다섯 시 or 5시
+    ("7시 55분", {"7", "55"}),
+])
+def test_a_source_means_its_numbers_in_other_forms_too(text, meant):
+    assert numbers_meant(text) == meant
 
 
 def test_mismatches_count_missing_and_invented_numbers_with_multiplicity():
@@ -44,6 +58,14 @@ def test_inside_a_number_a_piece_must_continue_it_within_a_source_number():
     assert set(guard.invented(allowed, [THE, THREE])) == DIGIT_IDS - {FIVE, FIFTY_SIX, THREE}
     assert set(guard.invented(allowed, [THREE, COMMA])) == DIGIT_IDS - {FIVE, FIFTY_SIX, THREE}  # "3,5" is 35
     assert set(guard.invented(allowed, [THREE, FIVE, SIX])) == DIGIT_IDS - {THREE}  # 356 is whole: nothing extends it
+
+
+def test_a_korean_number_with_units_allows_its_value_written_out():
+    guard = NumberGuard([*PIECES, "만"])
+    allowed = guard.source_numbers([THREE, FIVE, len(PIECES)])  # "35만": 350,000
+    assert {"35", "350000", "3500"} <= allowed
+    assert set(guard.invented(allowed, [THREE, FIVE])) == DIGIT_IDS - {THREE}  # "350…" may go on only with 0s
+    assert "36" not in allowed
 
 
 def test_a_source_without_numbers_makes_every_digit_an_invention():
