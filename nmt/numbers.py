@@ -34,12 +34,13 @@ TAIL_TOKENS = 8  # generated tokens read back to find the number a hypothesis is
 # A Korean number and its units ("5천만": 5 × 10³ × 10⁴); the powers of ten of 천, 만, 억 and 조.
 KOREAN_UNIT_NUMBER = re.compile(r"(\d[\d,]*(?:\.\d+)?)\s?([천만억조]+)")
 KOREAN_UNIT_POWERS = {"천": 3, "만": 4, "억": 8, "조": 12}
-ENGLISH_NUMBER_WORDS = {
-    word: index + 1 for index, word in enumerate(("january february march april may june july august september "
-                                                  "october november december").split())
-} | {word: value for value, word in enumerate(("zero one two three four five six seven eight nine ten eleven twelve "
-                                               "thirteen fourteen fifteen sixteen seventeen eighteen nineteen twenty").split())
-     } | {word: 10 * tens for tens, word in enumerate("thirty forty fifty sixty seventy eighty ninety".split(), start=3)}
+MONTHS = "january february march april may june july august september october november december".split()
+SMALL_NUMBERS = ("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
+                 "sixteen seventeen eighteen nineteen twenty").split()
+TENS = "thirty forty fifty sixty seventy eighty ninety".split()  # 30 to 90
+ENGLISH_NUMBER_WORDS = {**{month: number for number, month in enumerate(MONTHS, start=1)},
+                        **{word: number for number, word in enumerate(SMALL_NUMBERS)},
+                        **{word: 10 * tens for tens, word in enumerate(TENS, start=3)}}
 ENGLISH_WORD = re.compile(r"[A-Za-z]+")
 
 
@@ -58,6 +59,8 @@ def numbers_meant(text: str) -> set[str]:
 
 
 def _korean_unit_values(text: str) -> Iterator[Decimal]:
+    """Each Korean number with units in ``text`` multiplied out, and after each one that continues a larger-unit
+    number before it (only spaces between), their sum so far."""
     total, last_power, last_end = Decimal(0), None, None
     for match in KOREAN_UNIT_NUMBER.finditer(text):
         power = sum(KOREAN_UNIT_POWERS[unit] for unit in match.group(2))
