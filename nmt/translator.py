@@ -28,7 +28,8 @@ TUNED_OPTIONS = ("length_penalty", "no_repeat_ngram_size", "speech_level", "reco
 
 
 class Strategy(Protocol):
-    """How a batch is decoded: nmt.search.search (beam or greedy), or nmt.sampling.sample with its options bound."""
+    """How a batch is decoded: nmt.search.search (beam or greedy), or nmt.sampling.sample with its options bound.
+    ``guard`` is passed, by keyword, only when the options ask for the number penalty."""
 
     def __call__(self, model: Transformer, source: torch.Tensor, bos_id: int, eos_id: int, options: SearchOptions,
                  guard: NumberGuard | None = None) -> list[list[Hypothesis]]: ...
@@ -217,8 +218,9 @@ class Translator:
         """n-best lists for one batch of encoder inputs (``<2xx> tokens </s>`` ids), decoded together by ``strategy``
         (:func:`~nmt.search.search` when None, looked up at call time)."""
         options = self.decoding_options(options)
+        guard = {"guard": self.number_guard} if options.invented_number_penalty else {}  # a strategy without it still works
         return (strategy or search)(self.inference_model, self.pad(sources), self.tokenizer.bos_id, self.tokenizer.eos_id, options,
-                                    self.number_guard)
+                                    **guard)
 
     def decoding_options(self, options: SearchOptions) -> SearchOptions:
         """``options`` as every search of this model needs them: the tokenizer's never-generated ids banned

@@ -1,10 +1,14 @@
 """Translator: texts in, translations out, with sentence splitting, batching, n-best and attention."""
 
+from dataclasses import replace
+from functools import partial
+
 import pytest
 import torch
 from fixture_model import fixture_pairs, level_fixture_rows
 
 import nmt.translator
+from nmt.sampling import SamplingOptions, sample
 from nmt.search import Hypothesis, SearchOptions
 from nmt.speech_level import speech_level
 from nmt.translator import Translator, UnsupportedLanguagePair, UnsupportedSpeechLevel, resolve_device
@@ -154,9 +158,15 @@ def test_every_search_is_given_the_vocabularys_number_guard(fixture_translator):
         seen.append(guard)
         return [[Hypothesis(tokens=[], score=0.0)] for _ in range(source.size(0))]
 
+    def unaware(model, source, bos_id, eos_id, options):  # a strategy written before the guard
+        return [[Hypothesis(tokens=[], score=0.0)] for _ in range(source.size(0))]
+
     options = SearchOptions(invented_number_penalty=1.0)
     fixture_translator.translate_sentences(["3년 전"], "en", options, spy)
     assert seen == [fixture_translator.number_guard]
+    assert fixture_translator.translate_sentences(["3년 전"], "en", SearchOptions(), unaware) == [[Hypothesis([], 0.0)]]
+    sampled = partial(sample, sampling=SamplingOptions(top_k=5), generator=torch.Generator().manual_seed(0))
+    assert len(fixture_translator.translate_sentences(["3년 전"], "en", replace(options, beam_size=1), sampled)) == 1
     assert fixture_translator.beam_search(options).guard is fixture_translator.number_guard
     assert fixture_translator.beam_search(SearchOptions()).guard is None  # no penalty: nothing to guard
 
