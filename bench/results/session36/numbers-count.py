@@ -1,6 +1,6 @@
 """Session 36: numbers missing and invented (nmt.numbers) in the hypotheses of evaluation reports, per set and
 direction, with the totals over the dev and the test sets; a report whose hypotheses left the tree is restored from
-git first (bench/results/README.md). Run from the repository root:
+git first and left untracked (bench/results/README.md). Run from the repository root:
     .venv/bin/python bench/results/session36/numbers-count.py bench/results/session34/v14-rerank-eval.json bench/results/session36/v14-numbers-eval.json"""
 
 import json
@@ -15,8 +15,9 @@ sets = {s.name: s for s in evaluation_sets(load_recipe("configs/release-v4.yaml"
 reports = [Path(name) for name in sys.argv[1:]]
 for report in reports:
     folder = report.with_suffix("")
-    if not folder.is_dir():
-        subprocess.run(["git", "checkout", "e8c2951", "--", str(folder)], check=True)
+    if not folder.is_dir():  # sessions 34 and earlier at e8c2951, session 36 at e77a9a7
+        commit = "e77a9a7" if "session36" in str(folder) else "e8c2951"
+        subprocess.run(["git", "checkout", commit, "--", str(folder)], check=True)
         subprocess.run(["git", "rm", "-rq", "--cached", str(folder)], check=True)
 counts = {}
 for report in reports:
