@@ -29,7 +29,7 @@ import torch
 from torch import Tensor
 
 NUMBER = re.compile(r"\d[\d,.]*")  # digits with the separators inside and after them; compared by digits alone
-TRAILING_NUMBER = re.compile(r"\d[\d,.]*$")
+TRAILING_NUMBER = re.compile(NUMBER.pattern + "$")  # the number a text ends in
 TAIL_TOKENS = 8  # generated tokens read back to find the number a hypothesis is writing (longer ones are rare)
 # A Korean number and its units ("5천만": 5 × 10³ × 10⁴); the powers of ten of 천, 만, 억 and 조.
 KOREAN_UNIT_NUMBER = re.compile(r"(\d[\d,]*(?:\.\d+)?)\s?([천만억조]+)")

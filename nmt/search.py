@@ -156,13 +156,6 @@ def allowed_log_probs(
     return log_probs
 
 
-def number_rules(guard: NumberGuard | None, options: SearchOptions, row_numbers: Sequence[frozenset[str]]) -> NumberRules | None:
-    """The step's number rules when the options ask for them and the search was given the vocabulary's guard."""
-    if guard is None or not options.invented_number_penalty:
-        return None
-    return NumberRules(guard, row_numbers, options.invented_number_penalty)
-
-
 @dataclass(eq=False)
 class _Sentence:
     """A sentence in a running beam search: whose it is, where it started, how far it may go, what it found."""
@@ -250,7 +243,8 @@ class BeamSearch:
         at_limit = [sentence.steps + 1 >= sentence.max_length for sentence in self._sentences]
         steps = torch.tensor([sentence.steps for sentence in self._sentences], device=device).repeat_interleave(beam)
         # A sentence's best `width` continuations are among the best `width` of each of its beams.
-        numbers = number_rules(self.guard, options, [sentence.numbers for sentence in self._sentences for _ in range(beam)])
+        numbers = None if self.guard is None else NumberRules(
+            self.guard, [sentence.numbers for sentence in self._sentences for _ in range(beam)], options.invented_number_penalty)
         row_log_probs, row_tokens = best_next_tokens(
             logits, width, self._prefixes, steps, torch.tensor(at_limit, device=device).repeat_interleave(beam),
             options, self.special, numbers,
@@ -387,7 +381,8 @@ def one_hypothesis_search(
     results: dict[int, list[Hypothesis]] = {}
     for step in range(int(max_lengths.max())):
         logits, step_attention = model.decode_step(tokens[:, -1], cache, need_weights=options.return_attention)
-        numbers = number_rules(guard, options, [source_numbers[i] for i in sentence.tolist()] if guard else [])
+        numbers = None if guard is None else NumberRules(guard, [source_numbers[i] for i in sentence.tolist()],
+                                                         options.invented_number_penalty)
         allowed = allowed_log_probs(
             logits, tokens, torch.full_like(max_lengths, step), max_lengths <= step + 1, options, (pad_id, bos_id, eos_id), numbers
         )
